@@ -1,0 +1,1 @@
+"""Node-side code: the telemetry contract, the NVML and /proc readers, the simulated fleet."""

@@ -1,0 +1,167 @@
+"""The telemetry contract, schema ``gpufleet.telemetry.v1`` (see ARCHITECTURE.md).
+
+One message per node per sampling tick. Only ``schema``, ``ts``, ``node`` and,
+per GPU, ``uuid`` and ``index`` are required; every other field may be null
+(lists may be empty) and unknown fields are ignored, so newer collectors can
+talk to older workers. Numbers must be finite and inside their ranges; an
+invalid message raises :class:`TelemetryError` naming the field path.
+
+This module depends on pydantic only, so that collectors stay light.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SCHEMA = "gpufleet.telemetry.v1"
+
+MAX_NAME = 253          # DNS host name length; also bounds pool, tenant, job
+MAX_ID = 128            # UUIDs, collector ids, MIG profiles
+MAX_GPUS = 64           # per node; MIG splits 8 GPUs into at most 56 instances
+MAX_PROCESSES = 256     # per GPU
+MAX_XIDS = 64           # per GPU per sample
+MAX_MESSAGE_BYTES = 1 << 20
+
+Pct = Annotated[float, Field(ge=0, le=100)]
+NonNeg = Annotated[float, Field(ge=0)]
+Count = Annotated[int, Field(ge=0)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
+Ident = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+
+_STRICT = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True, populate_by_name=True)
+
+
+class Process(BaseModel):
+    """A compute process on a GPU."""
+
+    model_config = _STRICT
+    pid: Annotated[int, Field(ge=0, le=2**31)]
+    mem_used_bytes: NonNeg | None = None
+
+
+class Host(BaseModel):
+    """Host metrics, as rates between two ticks."""
+
+    model_config = _STRICT
+    cpu_util_pct: Pct | None = None
+    iowait_pct: Pct | None = None
+    disk_read_bytes_per_s: NonNeg | None = None
+    net_rx_bytes_per_s: NonNeg | None = None
+    mem_used_bytes: NonNeg | None = None
+    mem_total_bytes: NonNeg | None = None
+
+    @model_validator(mode="after")
+    def _used_within_total(self) -> Host:
+        if self.mem_used_bytes is not None and self.mem_total_bytes is not None:
+            if self.mem_used_bytes > self.mem_total_bytes:
+                raise ValueError("mem_used_bytes exceeds mem_total_bytes")
+        return self
+
+
+class Gpu(BaseModel):
+    """One GPU, or one MIG instance where MIG is on."""
+
+    model_config = _STRICT
+    uuid: Ident
+    parent_uuid: Ident | None = None
+    mig_profile: Ident | None = None
+    index: Annotated[int, Field(ge=0, le=4096)]
+    model: Name | None = None
+    tenant: Name | None = None
+    job: Name | None = None
+    attribution: Literal["labels", "process_env", "cgroup", "simulated"] | None = None
+    util_pct: Pct | None = None
+    mem_util_pct: Pct | None = None
+    mem_used_bytes: NonNeg | None = None
+    mem_total_bytes: NonNeg | None = None
+    power_w: NonNeg | None = None
+    power_limit_w: NonNeg | None = None
+    temp_c: Annotated[float, Field(ge=-50, le=200)] | None = None
+    sm_clock_mhz: NonNeg | None = None
+    sm_clock_max_mhz: NonNeg | None = None
+    pcie_rx_bytes_per_s: NonNeg | None = None
+    pcie_tx_bytes_per_s: NonNeg | None = None
+    throttle_reasons: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    ecc_dbe_total: Count | None = None
+    xid_events: Annotated[list[Annotated[int, Field(ge=0, le=2**31)]], Field(max_length=MAX_XIDS)] = []
+    processes: Annotated[list[Process], Field(max_length=MAX_PROCESSES)] = []
+
+    @model_validator(mode="after")
+    def _used_within_total(self) -> Gpu:
+        if self.mem_used_bytes is not None and self.mem_total_bytes is not None:
+            if self.mem_used_bytes > self.mem_total_bytes:
+                raise ValueError("mem_used_bytes exceeds mem_total_bytes")
+        return self
+
+
+class Telemetry(BaseModel):
+    """One node's sample at one tick."""
+
+    model_config = _STRICT
+    schema_: Literal["gpufleet.telemetry.v1"] = Field(alias="schema")
+    ts: Annotated[float, Field(gt=0, lt=32503680000)]  # before year 3000
+    node: Name
+    collector_id: Ident | None = None
+    seq: Count | None = None
+    interval_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    pool: Name | None = None
+    dropped: Count | None = None
+    host: Host | None = None
+    gpus: Annotated[list[Gpu], Field(max_length=MAX_GPUS)] = []
+
+    @model_validator(mode="after")
+    def _unique_gpus(self) -> Telemetry:
+        if len({g.uuid for g in self.gpus}) != len(self.gpus):
+            raise ValueError("gpus: the same uuid appears twice")
+        return self
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    def to_dict(self) -> dict:
+        return self.model_dump(by_alias=True)
+
+
+class TelemetryError(ValueError):
+    """A message that is not valid ``gpufleet.telemetry.v1``; ``reason`` names the field path."""
+
+    def __init__(self, reason: str, reason_code: str = "invalid"):
+        super().__init__(reason)
+        self.reason = reason
+        self.reason_code = reason_code
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors(include_url=False, include_input=False)[:3]:
+        path = ".".join(str(p) for p in e["loc"]) or "(message)"
+        parts.append(f"{path}: {e['msg']}")
+    more = err.error_count() - len(parts)
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+def parse(data: str | bytes | dict) -> Telemetry:
+    """Validate one message (JSON text, bytes or a decoded dict).
+
+    Raises :class:`TelemetryError` with ``reason_code`` ``too_large`` or
+    ``invalid`` and a reason such as ``gpus.3.util_pct: Input should be less
+    than or equal to 100``.
+    """
+    try:
+        if isinstance(data, dict):
+            return Telemetry.model_validate(data)
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise TelemetryError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}", "too_large")
+        return Telemetry.model_validate_json(data)
+    except ValidationError as err:
+        raise TelemetryError(_describe(err)) from None
+
+
+def check_clock(msg: Telemetry, now: float, max_skew_s: float) -> None:
+    """Live mode only: reject a message stamped more than ``max_skew_s`` ahead of ``now``."""
+    ahead = msg.ts - now
+    if ahead > max_skew_s:
+        raise TelemetryError(f"ts: {ahead:.0f} s ahead of the receiver's clock (limit {max_skew_s:g} s)", "clock_skew")

@@ -1,0 +1,3 @@
+from gpufleet.cli import main
+
+raise SystemExit(main())

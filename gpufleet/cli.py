@@ -1,0 +1,338 @@
+"""The ``gpufleet`` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from gpufleet import __version__
+from gpufleet.settings import Settings, SettingsError, load_settings
+
+EPILOG = """settings: every command reads GPUFLEET_* environment variables and an optional TOML
+file (--config or GPUFLEET_CONFIG); see the README for the full list.
+exit codes: 0 done, 1 failed while running, 2 bad argument or setting."""
+
+
+class UsageError(Exception):
+    """A bad argument: one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):   # one line, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+class Progress:
+    """A one-line progress report on stderr, redrawn at most twice a second."""
+
+    def __init__(self, label: str, total: int | None = None, unit: str = "messages"):
+        self.label, self.total, self.unit = label, total, unit
+        self.start = self.last = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.shown_pct = -1
+
+    def __call__(self, n: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        rate = n / max(now - self.start, 1e-9)
+        pct = int(100 * n / self.total) if self.total else None
+        if not self.tty and not final and (pct is None or pct < self.shown_pct + 10):
+            return
+        self.shown_pct = pct if pct is not None else self.shown_pct
+        of = f"/{self.total:,}" if self.total else ""
+        text = f"{self.label}: {n:,}{of} {self.unit}" + (f" ({pct}%)" if pct is not None else "") + \
+            f", {rate:,.0f}/s, {now - self.start:.1f} s"
+        end = "\n" if final or not self.tty else ""
+        print(("\r" if self.tty else "") + text.ljust(78), end=end, file=sys.stderr, flush=True)
+
+
+# -- shared options ---------------------------------------------------------
+def _store_options(p: argparse.ArgumentParser, database: str | None = None) -> None:
+    p.add_argument("--dsn", help="store: chdb:///<dir> (embedded, the default) or http(s)://host:port")
+    p.add_argument("--database", default=database, help="ClickHouse database" +
+                   (f" (default {database})" if database else " (default: setting store.database, gpufleet)"))
+
+
+def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0) -> None:
+    p.add_argument("--nodes", type=int, default=8, help="nodes in the fleet (default 8)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--hours", type=float, default=hours, help=f"simulated hours (default {hours:g})")
+    p.add_argument("--interval", type=float, default=5.0, help="sampling interval in seconds (default 5)")
+    p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same fleet (default 1)")
+    p.add_argument("--faults", type=int, default=2,
+                   help="faults injected of each kind: straggler, IO starvation, memory leak (default 2)")
+
+
+def _spec(args):
+    from gpufleet.collectors.simulator import FleetSpec
+    try:
+        return FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
+                         interval_s=args.interval, seed=args.seed, faults_per_kind=args.faults)
+    except ValueError as err:
+        raise UsageError(f"{args.prog}: argument --{str(err).split(':')[0].replace('_', '-')}: {err}") from None
+
+
+def _settings(args) -> Settings:
+    store = {k: v for k, v in (("dsn", getattr(args, "dsn", None)), ("database", getattr(args, "database", None)))
+             if v is not None}
+    return load_settings(args.config, **({"store": store} if store else {}))
+
+
+def _open_store(settings: Settings, fresh: bool = False):
+    from gpufleet.sql.store import Store
+    s = settings.store
+    password = s.password.get_secret_value() if s.password else None
+    store = Store.connect(s.dsn, s.database, password)
+    if fresh:
+        store.drop()
+        store = Store.connect(s.dsn, s.database, password)
+    store.migrate()
+    return store
+
+
+# -- commands ---------------------------------------------------------------
+def cmd_simulate(args) -> int:
+    from gpufleet.collectors.simulator import Simulation
+    spec = _spec(args)
+    labels_path = args.labels or (args.out[:-6] if args.out.endswith(".jsonl") else args.out) + ".labels.jsonl"
+    sim = Simulation(spec)
+    progress = Progress("simulate", spec.messages_total)
+    n = 0
+    with open(args.out, "w", encoding="utf-8") as f:
+        for n, msg in enumerate(sim.messages(), 1):
+            f.write(json.dumps(msg, separators=(",", ":")) + "\n")
+            if n % 1000 == 0:
+                progress(n)
+    progress(n, final=True)
+    labels = sim.labels()
+    with open(labels_path, "w", encoding="utf-8") as f:
+        for label in labels:
+            f.write(json.dumps(label) + "\n")
+    kinds = {}
+    for label in labels:
+        kinds[label["kind"]] = kinds.get(label["kind"], 0) + 1
+    print(f"wrote {n:,} messages ({n * spec.gpus_per_node:,} GPU samples) to {args.out}")
+    print(f"wrote {len(labels)} labels to {labels_path}: " + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
+    return 0
+
+
+def _run_embedded(settings: Settings, source, total, label: str, events_path=None, dead_path=None,
+                  store=None):
+    from gpufleet.streams import embedded
+    from gpufleet.streams.pipeline import Pipeline
+    from gpufleet.streams.sink import Sink
+
+    pipeline = Pipeline(settings.stream)
+    sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds) if store is not None else None
+    events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
+    progress = Progress(label, total)
+    started = time.monotonic()
+    try:
+        n = embedded.run(source, pipeline, sink, events, dead, progress=progress)
+    finally:
+        events.close()
+        dead.close()
+    progress(n, final=True)
+    return pipeline, sink, events, dead, time.monotonic() - started
+
+
+def _report(pipeline, sink, events, dead, seconds: float, events_path, dead_path) -> None:
+    c = pipeline.out.counts
+    dead_total = sum(v for k, v in c.items() if k.startswith("dead_"))
+    print(f"processed {c['messages']:,} messages, {c['gpu_samples']:,} GPU samples in {seconds:.1f} s "
+          f"({c['gpu_samples'] / max(seconds, 1e-9):,.0f} samples/s); duplicates ignored: {c['duplicates']:,}")
+    if dead_total:
+        reasons = ", ".join(f"{v} {k[5:]}" for k, v in sorted(c.items()) if k.startswith("dead_"))
+        print(f"dead letters: {dead_total:,} ({reasons})" + (f", written to {dead_path}" if dead_path else ""))
+    print(f"events: {events.count:,}" + (f", written to {events_path}" if events_path else ""))
+    if sink is not None:
+        print("stored rows: " + ", ".join(f"{t} {n:,}" for t, n in sorted(sink.written.items())))
+
+
+def cmd_replay(args) -> int:
+    import os
+    from gpufleet.streams.embedded import file_source
+    if not os.path.isfile(args.file):
+        raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
+    settings = _settings(args)
+    store = None if args.no_store else _open_store(settings)
+    try:
+        result = _run_embedded(settings, file_source(args.file), None, "replay", args.events, args.dead_letters,
+                               store)
+        _report(*result, args.events, args.dead_letters)
+        if result[0].out.counts.get("dead_invalid") or result[0].out.counts.get("dead_too_large"):
+            _show_dead(args.dead_letters)
+    finally:
+        if store is not None:
+            store.close()
+    return 0
+
+
+def _show_dead(path: str | None) -> None:
+    if not path:
+        print("(pass --dead-letters FILE to keep every dead letter with its payload)")
+        return
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i == 5:
+                print("  ...")
+                break
+            d = json.loads(line)
+            print(f"  {d['source']}: {d['reason_code']}: {d['reason']}")
+
+
+def cmd_demo(args) -> int:
+    import os
+    from gpufleet.collectors.simulator import Simulation
+    from gpufleet.streams.embedded import dict_source
+    from gpufleet.summary import render
+
+    spec = _spec(args)
+    settings = _settings(args)
+    print(f"gpufleet demo: {spec.nodes} nodes x {spec.gpus_per_node} GPUs, {spec.hours:g} simulated hours at "
+          f"{spec.interval_s:g} s, {spec.faults_per_kind} faults of each kind, seed {spec.seed}")
+    print(f"store: {settings.store.dsn}, database {settings.store.database} (recreated)")
+    store = _open_store(settings, fresh=True)
+    sim = Simulation(spec)
+    messages = sim.messages()
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+        messages = _tee(messages, os.path.join(args.save, "telemetry.jsonl"))
+        with open(os.path.join(args.save, "labels.jsonl"), "w", encoding="utf-8") as f:
+            for label in sim.labels():
+                f.write(json.dumps(label) + "\n")
+    events_path = os.path.join(args.save, "events.jsonl") if args.save else None
+    try:
+        result = _run_embedded(settings, dict_source(messages), spec.messages_total, "pipeline", events_path,
+                               None, store)
+        _report(*result, events_path, None)
+        print()
+        print(render(store))
+    finally:
+        store.close()
+    print(f"\nExplore it with SQL: the tables live in database {settings.store.database} at {settings.store.dsn}"
+          " (README: 'Querying the store').")
+    return 0
+
+
+def _tee(messages, path):
+    with open(path, "w", encoding="utf-8") as f:
+        for m in messages:
+            f.write(json.dumps(m, separators=(",", ":")) + "\n")
+            yield m
+
+
+def cmd_db(args) -> int:
+    settings = _settings(args)
+    store = _open_store(settings) if args.db_command == "migrate" else None
+    try:
+        if args.db_command == "migrate":
+            applied = store.applied()
+            print(f"{settings.store.database}: schema at version {applied[-1][0] if applied else 0} "
+                  f"({len(applied)} migrations applied)")
+        else:
+            from gpufleet.sql import migrations
+            from gpufleet.sql.store import Store
+            s = settings.store
+            store = Store.connect(s.dsn, s.database, s.password.get_secret_value() if s.password else None)
+            exists = store.query("EXISTS TABLE schema_migrations")[0][0]
+            done = dict(store.applied()) if exists else {}
+            for m in migrations():
+                print(f"{m.version:04d} {m.name}: {'applied' if m.version in done else 'pending'}")
+    finally:
+        if store is not None:
+            store.close()
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from gpufleet.summary import render
+    store = _open_store(_settings(args))
+    try:
+        print(render(store))
+    finally:
+        store.close()
+    return 0
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="gpufleet", description="Telemetry, anomaly detection and metering for rented GPU fleets.",
+               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"gpufleet {__version__}")
+    p.add_argument("--config", metavar="FILE", help="TOML settings file (default: $GPUFLEET_CONFIG)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log verbosity on stderr (default WARNING)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    s = sub.add_parser("demo", help="simulate a fleet, run it through the embedded pipeline, print a summary",
+                       description="Simulate a fleet, run its telemetry through the embedded pipeline into "
+                                   "ClickHouse (in-process), then print a fleet summary read back with SQL.")
+    _fleet_options(s)
+    _store_options(s, database="gpufleet_demo")
+    s.add_argument("--save", metavar="DIR", help="also write telemetry.jsonl, labels.jsonl and events.jsonl there")
+    s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("simulate", help="write a simulated fleet's telemetry and ground-truth labels",
+                       description="Write a simulated fleet's telemetry (one gpufleet.telemetry.v1 message a "
+                                   "line) and its ground-truth labels (one injected fault a line).")
+    _fleet_options(s)
+    s.add_argument("-o", "--out", default="telemetry.jsonl", help="telemetry file (default telemetry.jsonl)")
+    s.add_argument("--labels", help="labels file (default: OUT with .labels.jsonl)")
+    s.set_defaults(fn=cmd_simulate)
+
+    s = sub.add_parser("replay", help="run the embedded pipeline over a recorded telemetry file",
+                       description="Run the embedded pipeline over a file of telemetry messages (JSONL, .gz "
+                                   "too; any order within the allowed lateness), store the results and write "
+                                   "every event it emits. Bad lines are dead-lettered and counted, never fatal.")
+    s.add_argument("file", metavar="FILE", help="telemetry JSONL file")
+    s.add_argument("--events", metavar="OUT", help="write every emitted event here, one JSON object a line")
+    s.add_argument("--dead-letters", metavar="OUT", help="write every dead letter here, one JSON object a line")
+    s.add_argument("--no-store", action="store_true", help="do not write to the store")
+    _store_options(s)
+    s.set_defaults(fn=cmd_replay)
+
+    s = sub.add_parser("db", help="manage the store's schema", description="Manage the store's schema.")
+    dbsub = s.add_subparsers(dest="db_command", metavar="ACTION", parser_class=Parser)
+    dbsub.required = True
+    m = dbsub.add_parser("migrate", help="apply pending migrations (idempotent)",
+                         description="Create the database if needed and apply, in order, the migrations not "
+                                     "applied yet; each is recorded in schema_migrations.")
+    _store_options(m)
+    m = dbsub.add_parser("status", help="list migrations and whether each is applied",
+                         description="List the migrations and whether each is applied.")
+    _store_options(m)
+    s.set_defaults(fn=cmd_db)
+
+    s = sub.add_parser("summary", help="print the fleet summary from the store",
+                       description="Print the fleet summary (utilization by pool and tenant, idle GPU-hours, "
+                                   "longest idle windows, alerts) read from the store with SQL.")
+    _store_options(s)
+    s.set_defaults(fn=cmd_summary)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpufleet.sql import StoreError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.prog = f"gpufleet {args.command}"
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return args.fn(args)
+    except (UsageError, SettingsError) as err:
+        print(f"gpufleet: {err}" if isinstance(err, SettingsError) else str(err), file=sys.stderr)
+        return 2
+    except StoreError as err:
+        print(f"gpufleet: store: {err}".splitlines()[0], file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gpufleet: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

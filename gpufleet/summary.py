@@ -1,0 +1,68 @@
+"""The fleet summary: a few questions an operator asks first, answered with SQL from the store."""
+from __future__ import annotations
+
+QUERIES = {
+    "Utilization by pool": """
+        SELECT pool,
+               round(avg(gpus), 1)                                                   AS avg_gpus,
+               round(avg(rented_gpus), 1)                                            AS avg_rented,
+               round(sum(util_pct * gpus) / sum(gpus), 1)                            AS util_pct,
+               round(sum(rented_util_pct * rented_gpus) / nullIf(sum(rented_gpus), 0), 1) AS rented_util_pct
+        FROM pool_usage_1m
+        GROUP BY pool
+        ORDER BY pool""",
+    "Utilization by tenant": """
+        SELECT tenant,
+               round(sum(gpus) / 60, 1)                        AS gpu_hours,
+               round(sum(util_pct * gpus) / sum(gpus), 1)      AS util_pct,
+               round(avg(power_w), 0)                          AS power_w
+        FROM tenant_usage_1m
+        GROUP BY tenant
+        ORDER BY gpu_hours DESC""",
+    "Idle GPU-hours by tenant (rented, below the idle threshold for the idle window or longer)": """
+        SELECT tenant,
+               round(sum(duration_s) / 3600, 2)   AS idle_gpu_hours,
+               count()                            AS idle_windows,
+               round(max(duration_s) / 60, 0)     AS longest_min
+        FROM idle_windows
+        GROUP BY tenant
+        ORDER BY idle_gpu_hours DESC""",
+    "Longest idle windows": """
+        SELECT node, gpu_index AS gpu, tenant, job,
+               formatDateTime(started_at, '%Y-%m-%d %H:%i') AS started,
+               round(duration_s / 60, 0)                    AS minutes,
+               if(open, 'still idle', end_reason)           AS ended
+        FROM idle_windows
+        ORDER BY duration_s DESC, node, gpu_index
+        LIMIT 8""",
+    "Alerts": """
+        SELECT kind, countIf(status = 'firing') AS incidents, countIf(status = 'resolved') AS resolved
+        FROM alerts
+        GROUP BY kind
+        ORDER BY kind""",
+}
+
+
+def table(headers: list[str], rows: list[tuple]) -> str:
+    """Rows as an aligned text table."""
+    cells = [[("" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [all(_is_number(r[i]) for r in rows if r[i] is not None) and rows for i in range(len(headers))]
+    def line(values):
+        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths)))
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def render(store) -> str:
+    """The whole summary as text."""
+    parts = []
+    for title, sql in QUERIES.items():
+        names, rows = store.select(sql)
+        parts.append(f"{title}\n" + (table(names, rows) if rows else "(none)"))
+    return "\n\n".join(parts)

@@ -1,0 +1,35 @@
+"""Maps the top-level folders into the one `gpufleet` import namespace.
+
+The package list is derived by walking each folder, so a new subpackage can
+never be left out of the wheel (a hand-written list in pyproject.toml would
+silently drop it, and an editable install would hide the loss).
+"""
+import os
+
+from setuptools import setup
+
+FOLDERS = {
+    "gpufleet": "gpufleet",
+    "gpufleet.collectors": "collectors",
+    "gpufleet.streams": "streams",
+    "gpufleet.models": "models",
+    "gpufleet.sql": "sql",
+}
+
+
+def packages():
+    found = []
+    for package, folder in FOLDERS.items():
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "__"))]
+            if "__init__.py" in files:
+                rel = os.path.relpath(root, folder)
+                found.append(package if rel == "." else package + "." + rel.replace(os.sep, "."))
+    return found
+
+
+setup(
+    packages=packages(),
+    package_dir=FOLDERS,
+    package_data={"gpufleet.sql": ["migrations/*.sql"]},
+)

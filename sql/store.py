@@ -1,0 +1,172 @@
+"""The ClickHouse store, through clickhouse-connect: the only module that imports it.
+
+One DSN names the store: ``chdb:///path/to/dir`` for the engine embedded in
+this process (the default), ``http://host:8123`` or ``https://...`` for a
+server. Rows are written idempotently: for tables marked ``dedup`` the rows
+whose key (the table's ORDER BY) is already stored are dropped first, so a
+batch written again after a crash or a retry changes no total, and the
+materialized views that feed on the table see each row once.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Sequence
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
+
+from . import StoreError, StoreUnavailable, migrations, parse_dsn
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_chdb_lock = threading.Lock()
+
+
+def _client(target: dict, database: str | None, password: str | None):
+    try:
+        if target["kind"] == "chdb":
+            os.makedirs(target["path"], exist_ok=True)
+            kw = {"database": database} if database else {}
+            return clickhouse_connect.get_client(dsn="chdb://" + target["path"], **kw)
+        return clickhouse_connect.get_client(
+            host=target["host"], port=target["port"], secure=target["secure"], username=target["username"],
+            password=password if password is not None else target["password"], database=database or "",
+            connect_timeout=5, send_receive_timeout=60, autogenerate_session_id=False)
+    except OperationalError as err:
+        raise StoreUnavailable(f"cannot reach ClickHouse: {err}") from None
+    except DatabaseError as err:
+        raise StoreError(str(err)) from None
+
+
+class Store:
+    """A ClickHouse database holding gpufleet's tables."""
+
+    def __init__(self, client, database: str, target: dict):
+        self.client, self.database, self.target = client, database, target
+        self._keys: dict[str, list[tuple[int, str]]] = {}
+
+    @classmethod
+    def connect(cls, dsn: str, database: str = "gpufleet", password: str | None = None) -> Store:
+        """Open the store at ``dsn`` and create ``database`` there if needed."""
+        if not _IDENT.match(database):
+            raise ValueError(f"database name {database!r} is not a plain identifier")
+        target = parse_dsn(dsn)
+        _client(target, None, password).command(f"CREATE DATABASE IF NOT EXISTS {database}")
+        return cls(_client(target, database, password), database, target)
+
+    # -- plumbing ----------------------------------------------------------
+    def _call(self, fn, *args, **kw):
+        try:
+            if self.target["kind"] == "chdb":
+                with _chdb_lock:   # one embedded engine per process
+                    return fn(*args, **kw)
+            return fn(*args, **kw)
+        except OperationalError as err:
+            raise StoreUnavailable(f"ClickHouse unavailable: {err}") from None
+        except DatabaseError as err:
+            text = str(err)
+            if "Connection refused" in text or "timed out" in text.lower():
+                raise StoreUnavailable(f"ClickHouse unavailable: {text}") from None
+            raise StoreError(text) from None
+        except ClickHouseError as err:   # bad data on our side, e.g. a value the column cannot hold
+            raise StoreError(str(err)) from None
+
+    def command(self, sql: str, parameters: dict | None = None):
+        return self._call(self.client.command, sql, parameters=parameters)
+
+    def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
+        return self._call(self.client.query, sql, parameters=parameters).result_rows
+
+    def select(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[tuple]]:
+        """Column names and rows of a query."""
+        result = self._call(self.client.query, sql, parameters=parameters)
+        return list(result.column_names), result.result_rows
+
+    def ping(self) -> bool:
+        try:
+            return self.query("SELECT 1") == [(1,)]
+        except StoreError:
+            return False
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:   # closing a dead connection is not an error worth reporting
+            pass
+
+    def drop(self) -> None:
+        """Drop this database with everything in it."""
+        self.command(f"DROP DATABASE IF EXISTS {self.database} SYNC")
+
+    # -- schema --------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        """Apply the migrations not applied yet, in order; returns their names."""
+        self.command("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+                     "checksum String, applied_at DateTime('UTC') DEFAULT now()) "
+                     "ENGINE = ReplacingMergeTree ORDER BY version")
+        applied = {v: c for v, c in self.query("SELECT version, checksum FROM schema_migrations FINAL")}
+        done = []
+        for m in migrations():
+            if m.version in applied:
+                if applied[m.version] != m.checksum:
+                    raise StoreError(f"migration {m.name} differs from the one applied to {self.database}; "
+                                     "add a new migration instead of editing an applied one")
+                continue
+            for statement in m.statements:
+                self.command(statement)
+            self._call(self.client.insert, "schema_migrations", [(m.version, m.name, m.checksum)],
+                       column_names=["version", "name", "checksum"])
+            done.append(m.name)
+        return done
+
+    def applied(self) -> list[tuple[int, str]]:
+        return self.query("SELECT version, name FROM schema_migrations FINAL ORDER BY version")
+
+    # -- rows ------------------------------------------------------------------
+    def _key(self, table: str, columns: Sequence[str]) -> list[tuple[int, str]]:
+        """(position in the row, SQL expression) of each key column, times as integers."""
+        if table not in self._keys:
+            found = self.query("SELECT sorting_key FROM system.tables WHERE database = %(db)s AND name = %(t)s",
+                               {"db": self.database, "t": table})
+            if not found:
+                raise StoreError(f"table {self.database}.{table} does not exist: run `gpufleet db migrate`")
+            types = dict(self.query("SELECT name, type FROM system.columns WHERE database = %(db)s AND "
+                                    "table = %(t)s", {"db": self.database, "t": table}))
+            key = []
+            for name in (c.strip() for c in found[0][0].split(",")):
+                kind = types[name]
+                expr = (f"toUnixTimestamp64Milli({name})" if kind.startswith("DateTime64") else
+                        f"toUnixTimestamp({name})" if kind.startswith("DateTime") else name)
+                key.append((list(columns).index(name), expr))
+            self._keys[table] = key
+        return self._keys[table]
+
+    def stored_keys(self, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> set[tuple]:
+        key = self._key(table, columns)
+        wanted = list({tuple(r[i] for i, _ in key) for r in rows})
+        exprs = ", ".join(e for _, e in key)
+        found = set()
+        for lo in range(0, len(wanted), 5000):
+            found.update(self.query(f"SELECT {exprs} FROM {table} WHERE ({exprs}) IN %(keys)s",
+                                    {"keys": wanted[lo:lo + 5000]}))
+        return found
+
+    def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
+        """Insert rows (tuples in ``columns`` order); returns how many were new."""
+        if not rows:
+            return 0
+        if dedup:   # drop rows already stored, and repeats within the batch
+            seen = self.stored_keys(table, columns, rows)
+            key = [i for i, _ in self._key(table, columns)]
+            fresh = []
+            for r in rows:
+                k = tuple(r[i] for i in key)
+                if k not in seen:
+                    seen.add(k)
+                    fresh.append(r)
+            rows = fresh
+            if not rows:
+                return 0
+        self._call(self.client.insert, table, rows, column_names=list(columns))
+        return len(rows)

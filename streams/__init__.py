@@ -1,0 +1,1 @@
+"""Stream processing: the event-time gate, rollups, idle windows and the drivers that run them."""

@@ -1,0 +1,78 @@
+"""Events the stream emits (``gpufleet.alert.v1``) and its dead letters (``gpufleet.deadletter.v1``).
+
+Field names follow ARCHITECTURE.md. Events are plain dicts on the hot path;
+the pydantic models here define and check the contract (tests, consumers).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ALERT_SCHEMA = "gpufleet.alert.v1"
+DEADLETTER_SCHEMA = "gpufleet.deadletter.v1"
+MAX_DEAD_PAYLOAD = 64 * 1024
+
+AlertKind = Literal["straggler", "io_starvation", "memory_leak", "idle"]
+ReasonCode = Literal["invalid", "late", "clock_skew", "too_large"]
+
+
+class Alert(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_: Literal["gpufleet.alert.v1"] = Field(ALERT_SCHEMA, alias="schema")
+    id: str
+    dedup_key: str
+    kind: AlertKind
+    status: Literal["firing", "resolved"]
+    severity: Literal["info", "warning", "critical"]
+    node: str | None
+    gpu_uuid: str | None
+    job: str | None
+    tenant: str | None
+    pool: str | None
+    started_at: float
+    detected_at: float
+    resolved_at: float | None
+    score: float
+    summary: str
+    evidence: dict
+
+
+class DeadLetter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_: Literal["gpufleet.deadletter.v1"] = Field(DEADLETTER_SCHEMA, alias="schema")
+    reason_code: ReasonCode
+    reason: str
+    source: str
+    received_at: float
+    payload: str
+
+
+def alert_id(dedup_key: str, started_at: float) -> str:
+    """Stable id of one incident: the same replay yields the same ids."""
+    return hashlib.blake2b(f"{dedup_key}@{started_at:.3f}".encode(), digest_size=12).hexdigest()
+
+
+def alert(kind: str, target: str, *, status: str, severity: str, node: str | None, gpu_uuid: str | None,
+          job: str | None, tenant: str | None, pool: str | None, started_at: float, detected_at: float,
+          resolved_at: float | None, score: float, summary: str, evidence: dict) -> dict:
+    """A ``gpufleet.alert.v1`` event as a dict; ``target`` is the GPU uuid, node or job."""
+    key = f"{kind}:{target}"
+    return {
+        "schema": ALERT_SCHEMA, "id": alert_id(key, started_at), "dedup_key": key, "kind": kind,
+        "status": status, "severity": severity, "node": node, "gpu_uuid": gpu_uuid, "job": job,
+        "tenant": tenant, "pool": pool, "started_at": round(started_at, 3), "detected_at": round(detected_at, 3),
+        "resolved_at": None if resolved_at is None else round(resolved_at, 3), "score": round(score, 4),
+        "summary": summary, "evidence": evidence,
+    }
+
+
+def dead_letter(reason_code: str, reason: str, source: str, received_at: float, payload: str | bytes) -> dict:
+    """A ``gpufleet.deadletter.v1`` record; the payload is cut to 64 KiB."""
+    if isinstance(payload, bytes | bytearray):
+        payload = bytes(payload[:MAX_DEAD_PAYLOAD]).decode("utf-8", "replace")
+    return {
+        "schema": DEADLETTER_SCHEMA, "reason_code": reason_code, "reason": reason[:1000], "source": source,
+        "received_at": round(received_at, 3), "payload": payload[:MAX_DEAD_PAYLOAD],
+    }

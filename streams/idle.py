@@ -1,0 +1,115 @@
+"""Idle windows and idle alerts, exactly as ARCHITECTURE.md defines them.
+
+A rented GPU is idle while its ``util_pct`` is strictly below the threshold in
+every sample. A run lasts from its first such sample to its latest one plus
+one interval; a change of tenant, a sample at or above the threshold (or
+without utilization), or a telemetry gap longer than three intervals ends it.
+Once a run reaches the idle window it is an idle window that started at its
+first sample: the alert fires on the sample that completed it and resolves
+when the run ends. Samples arrive here in ts order (see eventtime.py).
+"""
+from __future__ import annotations
+
+from gpufleet.collectors.telemetry import Telemetry
+
+from .config import StreamConfig
+from .events import alert
+from .output import Output, Table
+
+IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "node", "pool", "gpu_index", "tenant",
+                                      "job", "duration_s", "samples", "max_util_pct", "end_reason", "open"))
+
+
+class Run:
+    __slots__ = ("start", "last", "interval", "tenant", "job", "index", "pool", "samples", "max_util", "detected")
+
+    def __init__(self, ts: float, interval: float, tenant: str, job: str | None, index: int, pool: str | None):
+        self.start = self.last = ts
+        self.interval, self.tenant, self.job, self.index, self.pool = interval, tenant, job, index, pool
+        self.samples, self.max_util = 0, 0.0
+        self.detected: float | None = None   # ts of the sample that completed the window
+
+    @property
+    def end(self) -> float:
+        return self.last + self.interval
+
+    @property
+    def duration(self) -> float:
+        return self.last + self.interval - self.start
+
+
+def _label(node: str, run: Run) -> str:
+    who = f"tenant {run.tenant}" + (f", job {run.job}" if run.job else "")
+    return f"GPU {run.index} on {node} ({who})"
+
+
+class IdleTracker:
+    """Open idle runs of one node's GPUs, by GPU uuid."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self):
+        self.runs: dict[str, Run] = {}
+
+    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output) -> None:
+        ts, runs, threshold = msg.ts, self.runs, cfg.idle_threshold_pct
+        interval = msg.interval_s or cfg.default_interval_s
+        for g in msg.gpus:
+            util, tenant = g.util_pct, g.tenant
+            idle = tenant is not None and util is not None and util < threshold
+            run = runs.get(g.uuid)
+            if run is not None:
+                if ts - run.last > 3 * run.interval:
+                    reason = "telemetry gap"
+                elif tenant != run.tenant:
+                    reason = "rental ended" if tenant is None else "tenant changed"
+                elif not idle:
+                    reason = "busy" if util is not None else "no utilization"
+                else:
+                    reason = None
+                if reason is not None:
+                    self._end(msg.node, g.uuid, run, reason, util, out)
+                    del runs[g.uuid]
+                    run = None
+            if not idle:
+                continue
+            if run is None:
+                run = runs[g.uuid] = Run(ts, interval, tenant, g.job, g.index, msg.pool)
+            run.last, run.interval = ts, interval
+            run.samples += 1
+            if util > run.max_util:
+                run.max_util = util
+            if run.detected is None and run.duration >= cfg.idle_window_s:
+                run.detected = ts
+                out.event(alert(
+                    "idle", g.uuid, status="firing", severity="warning", node=msg.node, gpu_uuid=g.uuid,
+                    job=run.job, tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=ts,
+                    resolved_at=None, score=run.duration / cfg.idle_window_s,
+                    summary=f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
+                            f"{threshold:g}% in all {run.samples} samples",
+                    evidence=self._evidence(run, cfg)))
+
+    def _evidence(self, run: Run, cfg: StreamConfig) -> dict:
+        return {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
+                "threshold_pct": cfg.idle_threshold_pct, "window_s": cfg.idle_window_s}
+
+    def _end(self, node: str, uuid: str, run: Run, reason: str, util, out: Output, open_: bool = False) -> None:
+        if run.detected is None:
+            return
+        out.row(IDLE_WINDOWS, (uuid, round(run.start * 1000), round(run.end * 1000), node, run.pool or "", run.index, run.tenant,
+                               run.job or "", run.duration, run.samples, run.max_util, reason, int(open_)))
+        if open_:
+            return   # still idle when the input ended: the incident stays open
+        why = {"busy": f"utilization back to {util:g}%"}.get(reason, reason)
+        out.event(alert(
+            "idle", uuid, status="resolved", severity="warning", node=node, gpu_uuid=uuid, job=run.job,
+            tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=run.detected, resolved_at=run.end,
+            score=0.0, summary=f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
+            evidence={"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
+                      "end_reason": reason}))
+
+    def flush(self, node: str, out: Output) -> None:
+        """End of input: record idle windows still open, without resolving their alerts."""
+        for uuid, run in self.runs.items():
+            self._end(node, uuid, run, "end of input", None, out, open_=True)
+        self.runs = {}

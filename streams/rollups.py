@@ -1,0 +1,145 @@
+"""One-minute rollups per GPU and per node: mean, min and max of each metric.
+
+A node's minute closes when its (ordered) sample stream enters a later minute,
+or at the end of input. Per-tenant and per-pool rollups are not computed here:
+ClickHouse derives them from the per-GPU rows (materialized views).
+"""
+from __future__ import annotations
+
+from operator import attrgetter
+
+from gpufleet.collectors.telemetry import Telemetry
+
+from .output import Output, Table
+
+GPU_METRICS = ("util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_clock_mhz",
+               "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")
+# per tick, across the node's GPUs: (column, GPU metric, mean or sum)
+NODE_GPU_METRICS = (("gpu_util_pct", "util_pct", "mean"), ("gpu_mem_used_bytes", "mem_used_bytes", "sum"),
+                    ("gpu_power_w", "power_w", "sum"), ("gpu_sm_clock_mhz", "sm_clock_mhz", "mean"),
+                    ("gpu_pcie_rx_bytes_per_s", "pcie_rx_bytes_per_s", "sum"),
+                    ("gpu_pcie_tx_bytes_per_s", "pcie_tx_bytes_per_s", "sum"))
+HOST_METRICS = ("cpu_util_pct", "iowait_pct", "disk_read_bytes_per_s", "net_rx_bytes_per_s", "mem_used_bytes")
+NODE_METRICS = tuple(f"host_{m}" for m in HOST_METRICS) + tuple(c for c, _, _ in NODE_GPU_METRICS)
+
+
+def _stat_columns(metrics) -> tuple[str, ...]:
+    return tuple(f"{m}_{s}" for m in metrics for s in ("mean", "min", "max"))
+
+
+GPU_ROLLUP = Table("gpu_rollup_1m", ("minute", "node", "pool", "gpu_uuid", "gpu_index", "model", "tenant", "job",
+                                     "samples", *_stat_columns(GPU_METRICS), "throttled_samples", "xid_events"))
+NODE_ROLLUP = Table("node_rollup_1m", ("minute", "node", "pool", "samples", "gpus",
+                                       *_stat_columns(NODE_METRICS)))
+
+_gpu_values = attrgetter(*GPU_METRICS)
+_host_values = attrgetter(*HOST_METRICS)
+
+
+class Stats:
+    """Count, sum, min and max of several metrics; None values are skipped."""
+
+    __slots__ = ("acc",)
+
+    def __init__(self, width: int):
+        self.acc = [[0, 0.0, 0.0, 0.0] for _ in range(width)]
+
+    def add(self, values) -> None:
+        for a, v in zip(self.acc, values):
+            if v is None:
+                continue
+            if a[0]:
+                a[0] += 1
+                a[1] += v
+                if v < a[2]:
+                    a[2] = v
+                elif v > a[3]:
+                    a[3] = v
+            else:
+                a[0], a[1], a[2], a[3] = 1, v, v, v
+
+    def columns(self) -> list:
+        out = []
+        for n, s, lo, hi in self.acc:
+            if n:
+                out += (s / n, lo, hi)
+            else:
+                out += (None, None, None)
+        return out
+
+
+class GpuMinute:
+    __slots__ = ("stats", "samples", "throttled", "xids", "last")
+
+    def __init__(self):
+        self.stats = Stats(len(GPU_METRICS))
+        self.samples = self.throttled = self.xids = 0
+        self.last = None
+
+    def add(self, g) -> None:
+        self.stats.add(_gpu_values(g))
+        self.samples += 1
+        if g.throttle_reasons:
+            self.throttled += 1
+        if g.xid_events:
+            self.xids += len(g.xid_events)
+        self.last = g
+
+
+class NodeMinute:
+    __slots__ = ("stats", "samples", "gpus", "pool")
+
+    def __init__(self):
+        self.stats = Stats(len(NODE_METRICS))
+        self.samples = self.gpus = 0
+        self.pool = None
+
+    def add(self, msg: Telemetry) -> None:
+        host = msg.host
+        values = list(_host_values(host)) if host is not None else [None] * len(HOST_METRICS)
+        gpus = msg.gpus
+        for _, metric, how in NODE_GPU_METRICS:
+            vals = [v for v in (getattr(g, metric) for g in gpus) if v is not None]
+            values.append((sum(vals) / len(vals) if how == "mean" else sum(vals)) if vals else None)
+        self.stats.add(values)
+        self.samples += 1
+        self.gpus = max(self.gpus, len(gpus))
+        self.pool = msg.pool
+
+
+class MinuteRollups:
+    """The open minute of one node: the node's accumulator and one per GPU."""
+
+    __slots__ = ("minute", "node", "gpus")
+
+    def __init__(self):
+        self.minute: int | None = None
+        self.node = NodeMinute()
+        self.gpus: dict[str, GpuMinute] = {}
+
+    def add(self, msg: Telemetry, out: Output) -> None:
+        minute = int(msg.ts // 60) * 60
+        if minute != self.minute:
+            if self.minute is not None:
+                self.close(msg.node, out)
+            self.minute = minute
+        self.node.add(msg)
+        gpus = self.gpus
+        for g in msg.gpus:
+            acc = gpus.get(g.uuid)
+            if acc is None:
+                acc = gpus[g.uuid] = GpuMinute()
+            acc.add(g)
+
+    def close(self, node: str, out: Output) -> None:
+        """Emit the open minute's rows and start empty."""
+        if self.minute is None:
+            return
+        minute, pool = self.minute, self.node.pool or ""
+        for uuid, acc in self.gpus.items():
+            g = acc.last
+            out.row(GPU_ROLLUP, (minute, node, pool, uuid, g.index, g.model or "", g.tenant or "", g.job or "",
+                                 acc.samples, *acc.stats.columns(), acc.throttled, acc.xids))
+        n = self.node
+        out.row(NODE_ROLLUP, (minute, node, pool, n.samples, n.gpus, *n.stats.columns()))
+        self.minute, self.node, self.gpus = None, NodeMinute(), {}

@@ -1,0 +1,26 @@
+"""Raw GPU samples as store rows (kept for a limited time; see the TTL in sql/)."""
+from __future__ import annotations
+
+from gpufleet.collectors.telemetry import Telemetry
+
+from .output import Output, Table
+
+GPU_SAMPLES = Table("gpu_samples", (
+    "ts", "node", "pool", "gpu_uuid", "gpu_index", "tenant", "job", "util_pct", "mem_util_pct", "mem_used_bytes",
+    "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
+    "throttle_reasons", "xid_events", "process_pids", "process_mem_bytes"), dedup=False)
+
+
+def _int(v):
+    return None if v is None else int(v)
+
+
+def sample_rows(msg: Telemetry, out: Output) -> None:
+    ts_ms, node, pool = round(msg.ts * 1000), msg.node, msg.pool or ""
+    for g in msg.gpus:
+        procs = g.processes
+        out.row(GPU_SAMPLES, (
+            ts_ms, node, pool, g.uuid, g.index, g.tenant or "", g.job or "", g.util_pct, g.mem_util_pct,
+            _int(g.mem_used_bytes), _int(g.mem_total_bytes), g.power_w, g.temp_c, g.sm_clock_mhz,
+            g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, g.throttle_reasons, g.xid_events,
+            [p.pid for p in procs], [_int(p.mem_used_bytes) or 0 for p in procs]))

@@ -1,0 +1,94 @@
+"""The store sink: batches rows by size and age, writes them idempotently, retries while the store is down.
+
+``Sink.add`` buffers what processing produced; ``Sink.flush`` writes every
+buffered row and returns only once all of it is stored, retrying with backoff
+while the store is unavailable (so a caller that waits on it is held back
+rather than buffering without bound). A permanent failure raises.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from gpufleet.sql import StoreUnavailable
+
+from .output import Table
+
+log = logging.getLogger("gpufleet.sink")
+
+ALERTS = Table("alerts", ("id", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant", "pool",
+                          "started_at", "detected_at", "resolved_at", "score", "summary", "evidence"))
+DEAD_LETTERS = Table("dead_letters", ("received_at", "reason_code", "reason", "source", "payload"), dedup=False)
+
+
+def _ms(t: float | None) -> int | None:
+    return None if t is None else round(t * 1000)
+
+
+def alert_row(e: dict) -> tuple:
+    return (e["id"], e["status"], e["dedup_key"], e["kind"], e["severity"], e["node"] or "", e["gpu_uuid"] or "",
+            e["job"] or "", e["tenant"] or "", e["pool"] or "", _ms(e["started_at"]), _ms(e["detected_at"]),
+            _ms(e["resolved_at"]), float(e["score"]), e["summary"], json.dumps(e["evidence"], sort_keys=True))
+
+
+def dead_row(d: dict) -> tuple:
+    return (_ms(d["received_at"]), d["reason_code"], d["reason"], d["source"], d["payload"])
+
+
+class Sink:
+    def __init__(self, store, max_rows: int = 50_000, max_delay_s: float = 2.0,
+                 backoff_s: tuple[float, float] = (0.5, 10.0), give_up_after_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        if max_rows < 1 or max_delay_s < 0:
+            raise ValueError("max_rows must be >= 1 and max_delay_s >= 0")
+        self.store, self.max_rows, self.max_delay_s = store, max_rows, max_delay_s
+        self.backoff_s, self.give_up_after_s = backoff_s, give_up_after_s
+        self.clock, self.sleep = clock, sleep
+        self.buffer: dict[Table, list[tuple]] = {}
+        self.buffered = 0
+        self.oldest: float | None = None
+        self.written: dict[str, int] = {}
+        self.failures = 0
+
+    def add(self, rows: dict[Table, list[tuple]], events: list[dict] = (), dead: list[dict] = ()) -> None:
+        if events:
+            rows = {**rows, ALERTS: [alert_row(e) for e in events if e["schema"] == "gpufleet.alert.v1"]}
+        if dead:
+            rows = {**rows, DEAD_LETTERS: [dead_row(d) for d in dead]}
+        for table, new in rows.items():
+            if new:
+                self.buffer.setdefault(table, []).extend(new)
+                self.buffered += len(new)
+        if self.buffered and self.oldest is None:
+            self.oldest = self.clock()
+
+    def due(self) -> bool:
+        return self.buffered >= self.max_rows or (
+            self.oldest is not None and self.clock() - self.oldest >= self.max_delay_s)
+
+    def flush(self) -> int:
+        """Write everything buffered; returns the number of rows that were new to the store."""
+        new = 0
+        for table in list(self.buffer):
+            rows = self.buffer[table]
+            delay, started = self.backoff_s[0], self.clock()
+            while True:
+                try:
+                    n = self.store.write(table.name, table.columns, rows, dedup=table.dedup)
+                    break
+                except StoreUnavailable as err:
+                    self.failures += 1
+                    if self.give_up_after_s is not None and self.clock() - started > self.give_up_after_s:
+                        raise
+                    log.warning("store unavailable, %d rows for %s held, retrying in %.1f s: %s",
+                                len(rows), table.name, delay, err)
+                    self.sleep(delay)
+                    delay = min(delay * 2, self.backoff_s[1])
+            new += n
+            self.written[table.name] = self.written.get(table.name, 0) + n
+            self.buffered -= len(rows)
+            del self.buffer[table]
+        self.oldest = None
+        return new

@@ -8,6 +8,7 @@ import sys
 import time
 
 from gpufleet import __version__
+from gpufleet.collectors.simulator import DEFAULT_START
 from gpufleet.settings import Settings, SettingsError, load_settings
 
 EPILOG = """settings: every command reads GPUFLEET_* environment variables and an optional TOML
@@ -57,7 +58,7 @@ def _store_options(p: argparse.ArgumentParser, database: str | None = None) -> N
                    (f" (default {database})" if database else " (default: setting store.database, gpufleet)"))
 
 
-def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0) -> None:
+def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0, start_default: float | None = None) -> None:
     p.add_argument("--nodes", type=int, default=8, help="nodes in the fleet (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--hours", type=float, default=hours, help=f"simulated hours (default {hours:g})")
@@ -65,13 +66,35 @@ def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0) -> None:
     p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same fleet (default 1)")
     p.add_argument("--faults", type=int, default=2,
                    help="faults injected of each kind: straggler, IO starvation, memory leak (default 2)")
+    p.add_argument("--start", type=_when, default=start_default, metavar="WHEN",
+                   help="simulated start, UTC: YYYY-MM-DD[THH:MM] or Unix seconds (default " +
+                        ("midnight UTC yesterday, so raw samples stay within their 14-day TTL)" if start_default is None
+                         else "2026-01-05, a Monday)"))
+
+
+def _when(text: str) -> float:
+    import datetime as dt
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither YYYY-MM-DD[THH:MM] nor Unix seconds") from None
+
+
+def _yesterday() -> float:
+    day = 86400
+    return (time.time() // day - 1) * day
 
 
 def _spec(args):
     from gpufleet.collectors.simulator import FleetSpec
     try:
         return FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
-                         interval_s=args.interval, seed=args.seed, faults_per_kind=args.faults)
+                         interval_s=args.interval, seed=args.seed, faults_per_kind=args.faults,
+                         start=args.start if args.start is not None else _yesterday())
     except ValueError as err:
         raise UsageError(f"{args.prog}: argument --{str(err).split(':')[0].replace('_', '-')}: {err}") from None
 
@@ -272,7 +295,7 @@ def build_parser() -> Parser:
     s = sub.add_parser("demo", help="simulate a fleet, run it through the embedded pipeline, print a summary",
                        description="Simulate a fleet, run its telemetry through the embedded pipeline into "
                                    "ClickHouse (in-process), then print a fleet summary read back with SQL.")
-    _fleet_options(s)
+    _fleet_options(s, start_default=None)
     _store_options(s, database="gpufleet_demo")
     s.add_argument("--save", metavar="DIR", help="also write telemetry.jsonl, labels.jsonl and events.jsonl there")
     s.set_defaults(fn=cmd_demo)
@@ -280,7 +303,7 @@ def build_parser() -> Parser:
     s = sub.add_parser("simulate", help="write a simulated fleet's telemetry and ground-truth labels",
                        description="Write a simulated fleet's telemetry (one gpufleet.telemetry.v1 message a "
                                    "line) and its ground-truth labels (one injected fault a line).")
-    _fleet_options(s)
+    _fleet_options(s, start_default=DEFAULT_START)
     s.add_argument("-o", "--out", default="telemetry.jsonl", help="telemetry file (default telemetry.jsonl)")
     s.add_argument("--labels", help="labels file (default: OUT with .labels.jsonl)")
     s.set_defaults(fn=cmd_simulate)

@@ -124,8 +124,8 @@ class Store:
         return self.query("SELECT version, name FROM schema_migrations FINAL ORDER BY version")
 
     # -- rows ------------------------------------------------------------------
-    def _key(self, table: str, columns: Sequence[str]) -> list[tuple[int, str]]:
-        """(position in the row, SQL expression) of each key column, times as integers."""
+    def _key(self, table: str, columns: Sequence[str]) -> list[tuple[int, str, bool]]:
+        """Per key column: its position in the row, its SQL expression (times as integers), whether a time."""
         if table not in self._keys:
             found = self.query("SELECT sorting_key FROM system.tables WHERE database = %(db)s AND name = %(t)s",
                                {"db": self.database, "t": table})
@@ -138,18 +138,32 @@ class Store:
                 kind = types[name]
                 expr = (f"toUnixTimestamp64Milli({name})" if kind.startswith("DateTime64") else
                         f"toUnixTimestamp({name})" if kind.startswith("DateTime") else name)
-                key.append((list(columns).index(name), expr))
+                key.append((list(columns).index(name), expr, kind.startswith("DateTime")))
             self._keys[table] = key
         return self._keys[table]
 
     def stored_keys(self, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> set[tuple]:
+        """Keys of ``rows`` already in ``table``: one range query per chunk of the first key column's values."""
         key = self._key(table, columns)
-        wanted = list({tuple(r[i] for i, _ in key) for r in rows})
-        exprs = ", ".join(e for _, e in key)
+        wanted = {tuple(r[i] for i, _, _ in key) for r in rows}
+        exprs = ", ".join(e for _, e, _ in key)
+        firsts = sorted({k[0] for k in wanted})
         found = set()
-        for lo in range(0, len(wanted), 5000):
-            found.update(self.query(f"SELECT {exprs} FROM {table} WHERE ({exprs}) IN %(keys)s",
-                                    {"keys": wanted[lo:lo + 5000]}))
+        for lo in range(0, len(firsts), 1000):
+            chunk = firsts[lo:lo + 1000]
+            params, conds = {"k0": chunk}, [f"{key[0][1]} IN %(k0)s"]
+            in_chunk = set(chunk)
+            part = [k for k in wanted if k[0] in in_chunk]
+            for n, (_, expr, is_time) in enumerate(key[1:], 1):
+                values = [k[n] for k in part]
+                if is_time:
+                    params[f"lo{n}"], params[f"hi{n}"] = min(values), max(values)
+                    conds.append(f"{expr} BETWEEN %(lo{n})s AND %(hi{n})s")
+                else:
+                    params[f"k{n}"] = sorted(set(values))
+                    conds.append(f"{expr} IN %(k{n})s")
+            rows_found = self.query(f"SELECT {exprs} FROM {table} WHERE {' AND '.join(conds)}", params)
+            found.update(k for k in map(tuple, rows_found) if k in wanted)
         return found
 
     def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
@@ -158,7 +172,7 @@ class Store:
             return 0
         if dedup:   # drop rows already stored, and repeats within the batch
             seen = self.stored_keys(table, columns, rows)
-            key = [i for i, _ in self._key(table, columns)]
+            key = [i for i, _, _ in self._key(table, columns)]
             fresh = []
             for r in rows:
                 k = tuple(r[i] for i in key)

@@ -100,7 +100,7 @@ class IdleTracker:
                                run.job or "", run.duration, run.samples, run.max_util, reason, int(open_)))
         if open_:
             return   # still idle when the input ended: the incident stays open
-        why = {"busy": f"utilization back to {util:g}%"}.get(reason, reason)
+        why = f"utilization back to {util:g}%" if reason == "busy" else reason
         out.event(alert(
             "idle", uuid, status="resolved", severity="warning", node=node, gpu_uuid=uuid, job=run.job,
             tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=run.detected, resolved_at=run.end,

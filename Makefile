@@ -1,0 +1,55 @@
+# gpufleet: `make demo` runs the embedded pipeline on a simulated fleet (Python 3.11+ only);
+# `make test` runs every test against a real Kafka broker and a real ClickHouse server.
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+SERVICES ?= .services
+PYTEST_ARGS ?=
+
+.PHONY: demo test venv services-start services-stop bench clean help
+
+help:
+	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
+	@echo "make test            all tests, with a local Kafka broker and ClickHouse server started and stopped"
+	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
+	@echo "make services-start  start the local Kafka broker and ClickHouse server (env in $(SERVICES)/env)"
+	@echo "make services-stop   stop them"
+
+$(VENV)/.installed: pyproject.toml setup.py
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpufleet needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/gpufleet demo
+
+# Services are started here when Java is present (Kafka's jars come from Maven Central once);
+# otherwise the test fixtures use testcontainers where a Docker engine answers.
+test: venv
+	@set -e; \
+	if command -v java >/dev/null 2>&1; then \
+	  trap 'PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES) >/dev/null 2>&1 || true' EXIT INT TERM; \
+	  PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
+	  set -a; . $(SERVICES)/env; set +a; \
+	fi; \
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+services-start: venv
+	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES)
+
+services-stop:
+	PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES)
+
+bench: venv
+	@set -e; \
+	trap 'PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES) >/dev/null 2>&1 || true' EXIT INT TERM; \
+	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
+	set -a; . $(SERVICES)/env; set +a; \
+	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info $(SERVICES)

@@ -1,0 +1,1 @@
+"""Anomaly detectors: stragglers, IO starvation, memory leaks, idle waste."""

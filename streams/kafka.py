@@ -1,0 +1,126 @@
+"""Kafka edges through confluent-kafka: topic creation, producing telemetry, a consumer source.
+
+Topics are created explicitly with their partition counts, never left to
+broker auto-creation. Producers are idempotent with ``acks=all`` and use the
+murmur2 partitioner, so a key lands on the same partition from Java, aiokafka
+(Faust) and librdkafka clients alike.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+COMPRESSION = "lz4"   # aiokafka reads it with the lz4 package, a dependency of clickhouse-connect
+
+
+class KafkaUnavailable(Exception):
+    """The broker did not answer in time."""
+
+
+def producer_config(bootstrap: str, **extra) -> dict:
+    return {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "compression.type": COMPRESSION, "linger.ms": 20, "partitioner": "murmur2_random", **extra}
+
+
+def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Create the topics that do not exist; an existing one must have the stated partition count."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as err:
+        raise KafkaUnavailable(f"Kafka at {bootstrap} did not answer: {err}") from None
+    missing = [NewTopic(t, num_partitions=n, replication_factor=-1) for t, n in topics.items() if t not in existing]
+    if missing:
+        for topic, fut in admin.create_topics(missing, operation_timeout=timeout_s).items():
+            try:
+                fut.result()
+            except KafkaException as err:
+                if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    deadline = time.monotonic() + timeout_s
+    while True:   # wait until the metadata shows every topic with its partitions
+        meta = admin.list_topics(timeout=timeout_s).topics
+        ready = all(t in meta and len(meta[t].partitions) > 0 for t in topics)
+        if ready or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for t, n in topics.items():
+        have = len(meta[t].partitions) if t in meta else 0
+        if have != n:
+            raise ValueError(f"topic {t} has {have} partitions, expected {n}")
+
+
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics(topics, operation_timeout=30).values():
+        try:
+            fut.result()
+        except KafkaException:
+            pass
+
+
+def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, bytes]], **config) -> int:
+    """Produce ``(key, value)`` pairs and wait until each is acknowledged; raises if any failed."""
+    producer = Producer(producer_config(bootstrap, **config))
+    failed: list[str] = []
+
+    def report(err, msg):
+        if err is not None:
+            failed.append(str(err))
+
+    n = 0
+    for n, (key, value) in enumerate(items, 1):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, on_delivery=report)
+                break
+            except BufferError:           # local queue full: let deliveries drain
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if failed or remaining:
+        raise KafkaException(f"{len(failed)} messages failed, {remaining} undelivered: {failed[:3]}")
+    return n
+
+
+def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = None,
+            idle_timeout_s: float | None = None) -> Iterator[tuple[str, bytes]]:
+    """Yield ``("topic/partition/offset", value)`` from the start of ``topic``.
+
+    Stops after ``stop_after`` messages or when nothing arrived for ``idle_timeout_s``.
+    Offsets are committed as messages are handed over.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": True, "enable.partition.eof": False})
+    consumer.subscribe([topic])
+    n, last = 0, time.monotonic()
+    try:
+        while stop_after is None or n < stop_after:
+            batch = consumer.consume(num_messages=500, timeout=0.5)
+            if not batch:
+                if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
+                    return
+                continue
+            last = time.monotonic()
+            for msg in batch:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(msg.error())
+                n += 1
+                yield f"{msg.topic()}/{msg.partition()}/{msg.offset()}", msg.value()
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """High watermark of each partition."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gpufleet-offsets"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    finally:
+        consumer.close()

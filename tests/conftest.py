@@ -1,0 +1,116 @@
+"""Shared fixtures. Integration tests talk to a real Kafka broker and a real ClickHouse server:
+
+1. the ones named by KAFKA_BOOTSTRAP and CLICKHOUSE_URL (``make test`` starts them), else
+2. containers started with testcontainers where a Docker engine answers, else
+3. the project's own local services (deploy/local/), started here for the session.
+"""
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _local_service(script: str, tmp_path_factory, prefix: str):
+    state = tmp_path_factory.mktemp(script)
+    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{script}.py"), "start", "--dir",
+                          str(state)], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        pytest.fail(f"could not start local {script}: {out.stderr.strip().splitlines()[-1:]}")
+    value = out.stdout.strip().split(prefix, 1)[1]
+    return value, lambda: subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{script}.py"), "stop",
+                                          "--dir", str(state)], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory):
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        yield os.environ["KAFKA_BOOTSTRAP"]
+    elif _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+        with KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as kafka:
+            yield kafka.get_bootstrap_server()
+    else:
+        bootstrap, stop = _local_service("kafka", tmp_path_factory, "KAFKA_BOOTSTRAP=")
+        try:
+            yield bootstrap
+        finally:
+            stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse_url(tmp_path_factory):
+    if os.environ.get("CLICKHOUSE_URL"):
+        yield os.environ["CLICKHOUSE_URL"]
+    elif _docker_answers():
+        from testcontainers.clickhouse import ClickHouseContainer
+        with ClickHouseContainer("clickhouse/clickhouse-server:25.3") as ch:
+            yield f"http://{ch.username}:{ch.password}@{ch.get_container_host_ip()}:{ch.get_exposed_port(8123)}"
+    else:
+        url, stop = _local_service("clickhouse", tmp_path_factory, "CLICKHOUSE_URL=")
+        try:
+            yield url
+        finally:
+            stop()
+
+
+@pytest.fixture(scope="session")
+def chdb_dsn(tmp_path_factory):
+    """The embedded engine: one data directory per test session (one engine per process)."""
+    return f"chdb://{tmp_path_factory.mktemp('chdb')}"
+
+
+def _store(dsn: str):
+    from gpufleet.sql.store import Store
+    store = Store.connect(dsn, f"t_{uuid.uuid4().hex[:12]}")
+    store.migrate()
+    return store
+
+
+@pytest.fixture
+def server_store(clickhouse_url):
+    """A fresh, migrated database on the ClickHouse server, dropped afterwards."""
+    store = _store(clickhouse_url)
+    yield store
+    store.drop()
+    store.close()
+
+
+@pytest.fixture
+def embedded_store(chdb_dsn):
+    """A fresh, migrated database in the embedded engine, dropped afterwards."""
+    store = _store(chdb_dsn)
+    yield store
+    store.drop()
+    store.close()
+
+
+@pytest.fixture
+def topic(kafka_bootstrap):
+    """A factory of fresh topics, deleted afterwards."""
+    from gpufleet.streams.kafka import delete_topics, ensure_topics
+    made = []
+
+    def make(partitions: int = 4, prefix: str = "test") -> str:
+        name = f"{prefix}.{uuid.uuid4().hex[:10]}"
+        ensure_topics(kafka_bootstrap, {name: partitions})
+        made.append(name)
+        return name
+
+    yield make
+    if made:
+        delete_topics(kafka_bootstrap, made)

@@ -1,0 +1,83 @@
+"""The store on the embedded engine and on a ClickHouse server: migrations and idempotent rows."""
+import time
+
+import pytest
+
+from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.sql import StoreError, migrations
+from gpufleet.streams import embedded
+from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.rollups import GPU_ROLLUP
+from gpufleet.streams.sink import Sink
+
+pytestmark = pytest.mark.integration
+
+POOL_TOTALS = """SELECT pool, sum(gpus), round(sum(util_pct * gpus), 3), sum(rented_gpus)
+                 FROM pool_usage_1m GROUP BY pool ORDER BY pool"""
+TENANT_TOTALS = "SELECT tenant, sum(gpus), round(sum(util_pct * gpus), 3) FROM tenant_usage_1m GROUP BY tenant ORDER BY tenant"
+
+
+@pytest.fixture(params=["embedded", "server"])
+def store(request):
+    return request.getfixturevalue(f"{request.param}_store")
+
+
+def rollup_rows():
+    pipeline = Pipeline()
+    for m in Simulation(FleetSpec(nodes=2, gpus_per_node=4, hours=0.5, seed=2, faults_per_kind=0)).messages():
+        pipeline.submit(m, "sim")
+    pipeline.flush()
+    return pipeline.out.rows
+
+
+def test_migrate_is_idempotent_and_recorded(store):
+    assert store.migrate() == []                      # the fixture already applied everything
+    assert [v for v, _ in store.applied()] == [m.version for m in migrations()]
+    tables = {r[0] for r in store.query("SHOW TABLES")}
+    assert {"gpu_samples", "gpu_rollup_1m", "pool_rollup_1m", "pool_usage_1m", "tenant_usage_1m",
+            "idle_windows", "alerts", "dead_letters", "schema_migrations"} <= tables
+
+
+def test_an_edited_migration_is_refused(store):
+    store.command("INSERT INTO schema_migrations (version, name, checksum) VALUES (1, '0001_telemetry', 'x')")
+    store.command("OPTIMIZE TABLE schema_migrations FINAL")
+    with pytest.raises(StoreError, match="differs from the one applied"):
+        store.migrate()
+
+
+def test_raw_samples_have_a_ttl_and_codecs(store):
+    ddl = store.query("SHOW CREATE TABLE gpu_samples")[0][0]
+    assert "TTL toDateTime(ts) + toIntervalDay(14)" in ddl and "DoubleDelta" in ddl and "Gorilla" in ddl
+
+
+def test_rows_written_twice_or_recut_are_stored_once(store):
+    rows = rollup_rows()
+    sink = Sink(store)
+    sink.add(rows)
+    sink.flush()
+    once = store.query(POOL_TOTALS), store.query(TENANT_TOTALS), store.query("SELECT count() FROM gpu_rollup_1m")
+    assert once[2][0][0] == len(rows[GPU_ROLLUP]) > 0 and once[0]
+    # the same batch again, then the same rows cut into other batches, in another order
+    sink.add(rows)
+    sink.flush()
+    gpu_rows = rows[GPU_ROLLUP]
+    for lo in range(0, len(gpu_rows), 37):
+        sink.add({GPU_ROLLUP: list(reversed(gpu_rows[lo:lo + 37]))})
+        sink.flush()
+    again = store.query(POOL_TOTALS), store.query(TENANT_TOTALS), store.query("SELECT count() FROM gpu_rollup_1m")
+    assert again == once
+
+
+def test_an_embedded_run_fills_every_table(store):
+    pipeline = Pipeline()
+    recent = (time.time() // 86400 - 1) * 86400     # raw samples older than their TTL are not kept
+    sim = Simulation(FleetSpec(nodes=2, gpus_per_node=4, hours=2, seed=5, faults_per_kind=1, start=recent))
+    embedded.run(embedded.dict_source(sim.messages()), pipeline, Sink(store, max_rows=5000))
+    counts = dict(store.query("SELECT table, sum(rows) FROM system.parts WHERE active AND database = "
+                              "currentDatabase() GROUP BY table"))
+    for table in ("gpu_samples", "gpu_rollup_1m", "node_rollup_1m", "pool_rollup_1m", "tenant_rollup_1m"):
+        assert counts.get(table, 0) > 0, table
+    assert counts["gpu_samples"] == 2 * 4 * 2 * 720
+    assert counts["gpu_rollup_1m"] == 2 * 4 * 120
+    gpus_per_minute = store.query("SELECT DISTINCT sum(gpus) FROM pool_usage_1m GROUP BY minute")
+    assert gpus_per_minute == [(8,)]

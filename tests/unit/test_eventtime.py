@@ -1,0 +1,64 @@
+from helpers import gpu, message
+
+from gpufleet.collectors.telemetry import parse
+from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, LATE, Gate
+
+
+def push(gate, ts, lateness=30.0, horizon=900.0, gpus=None):
+    return gate.push(parse(message(ts, gpus=gpus)), lateness, horizon)
+
+
+def test_releases_in_ts_order_once_the_watermark_passes():
+    gate = Gate()
+    assert push(gate, 100) == (ACCEPTED, [])
+    assert push(gate, 110)[1] == []
+    status, ready = push(gate, 105)        # out of order, within the lateness
+    assert status == ACCEPTED and ready == []
+    status, ready = push(gate, 140)        # watermark 110: releases 100 and 105 (strictly older)
+    assert [m.ts for m in ready] == [100, 105]
+    assert [m.ts for m in gate.drain()] == [110, 140]
+
+
+def test_late_and_duplicate_are_told_apart():
+    gate = Gate()
+    for ts in (100, 105, 200):
+        push(gate, ts)
+    assert push(gate, 105)[0] == DUPLICATE       # released already: a repeat
+    assert push(gate, 103)[0] == LATE            # never seen and behind the watermark (170)
+    assert push(gate, 200)[0] == DUPLICATE       # still waiting: a repeat
+    assert push(gate, 171)[0] == ACCEPTED        # within the lateness
+    assert gate.watermark(30) == 170
+
+
+def test_sample_exactly_at_the_watermark_is_not_late():
+    gate = Gate()
+    push(gate, 100)
+    push(gate, 130)
+    assert push(gate, 100)[0] == DUPLICATE
+    gate2 = Gate()
+    push(gate2, 130)
+    assert push(gate2, 100)[0] == ACCEPTED
+
+
+def test_repeats_are_forgotten_after_the_horizon():
+    gate = Gate()
+    for ts in range(10, 2000, 10):
+        push(gate, float(ts), horizon=100)
+    assert 10.0 not in gate.released and len(gate.released) <= 15
+    assert push(gate, 10.0, horizon=100)[0] == LATE
+
+
+def test_same_time_new_gpus_are_merged_repeated_gpus_ignored():
+    gate = Gate()
+    push(gate, 100, gpus=[gpu(0)])
+    assert push(gate, 100, gpus=[gpu(0)])[0] == DUPLICATE
+    assert push(gate, 100, gpus=[gpu(0), gpu(1)])[0] == ACCEPTED
+    (m,) = gate.drain()
+    assert [g.uuid for g in m.gpus] == ["GPU-0", "GPU-1"]
+
+
+def test_zero_lateness_keeps_only_the_newest_waiting():
+    gate = Gate()
+    push(gate, 1, lateness=0)
+    status, ready = push(gate, 2, lateness=0)
+    assert [m.ts for m in ready] == [1]

@@ -237,8 +237,8 @@ def cmd_demo(args) -> int:
         print(render(store))
     finally:
         store.close()
-    print(f"\nExplore it with SQL: the tables live in database {settings.store.database} at {settings.store.dsn}"
-          " (README: 'Querying the store').")
+    print(f"\nExplore it with SQL, e.g.: gpufleet sql --database {settings.store.database} "
+          "'SELECT * FROM idle_windows ORDER BY duration_s DESC LIMIT 5'  (README: 'Querying the store')")
     return 0
 
 
@@ -282,6 +282,53 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_sql(args) -> int:
+    from gpufleet.summary import table
+    store = _open_store(_settings(args))
+    try:
+        names, rows = store.select(args.query)
+        if args.tsv:
+            for r in [names, *rows]:
+                print("\t".join("" if v is None else str(v) for v in r))
+        else:
+            print(table(names, rows) if names else "ok")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_collect(args) -> int:
+    from gpufleet.collectors import daemon
+    from gpufleet.collectors.nvml import NvmlUnavailable
+
+    overrides = {k: v for k, v in (("interval_s", args.interval), ("node", args.node), ("pool", args.pool),
+                                   ("spool_dir", args.spool), ("labels_file", args.labels),
+                                   ("metrics_port", args.metrics_port)) if v is not None}
+    kafka = {k: v for k, v in (("bootstrap", args.bootstrap), ("telemetry_topic", args.topic)) if v is not None}
+    settings = load_settings(args.config, **({"collect": overrides} if overrides else {}),
+                             **({"kafka": kafka} if kafka else {}))
+    if args.fake_gpus is not None and not 0 <= args.fake_gpus <= 64:
+        raise UsageError(f"{args.prog}: argument --fake-gpus: {args.fake_gpus} is not between 0 and 64")
+    lib = None
+    if args.fake_gpus is not None:
+        from gpufleet.collectors.fake_nvml import FakeNVML
+        lib = FakeNVML(gpus=args.fake_gpus, seed=args.seed)
+    try:
+        if args.once:
+            reader, collector = daemon.build(settings.collect, lib)
+            try:
+                reader.start()
+                collector.collect()                                  # rates need two readings
+                time.sleep(min(1.0, settings.collect.interval_s))
+                print(json.dumps(collector.collect(), indent=2))
+            finally:
+                reader.close()
+            return 0
+        return daemon.run(settings.collect, settings.kafka.bootstrap, settings.kafka.telemetry_topic, lib)
+    except NvmlUnavailable as err:
+        raise UsageError(f"{args.prog}: {err}: install the NVIDIA driver, or run with --fake-gpus N") from None
+
+
 def build_parser() -> Parser:
     p = Parser(prog="gpufleet", description="Telemetry, anomaly detection and metering for rented GPU fleets.",
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -299,6 +346,25 @@ def build_parser() -> Parser:
     _store_options(s, database="gpufleet_demo")
     s.add_argument("--save", metavar="DIR", help="also write telemetry.jsonl, labels.jsonl and events.jsonl there")
     s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("collect", help="sample this node's GPUs and host, publish to Kafka (the node collector)",
+                       description="Sample every GPU (or MIG instance) through NVML and the host through /proc "
+                                   "every interval, attribute GPUs to tenants and jobs, and publish one "
+                                   "gpufleet.telemetry.v1 message per tick to Kafka (key = node). Messages go "
+                                   "through a bounded on-disk spool first, so a broker outage loses nothing "
+                                   "within the bound. SIGTERM flushes and exits.")
+    s.add_argument("--fake-gpus", type=int, metavar="N", help="use a fake NVML with N GPUs (no driver needed)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the fake GPUs (default 0)")
+    s.add_argument("--once", action="store_true", help="print one message to stdout and exit (no Kafka)")
+    s.add_argument("--interval", type=float, help="sampling interval in seconds (setting collect.interval_s, 5)")
+    s.add_argument("--node", help="node name (setting collect.node, default: the host name)")
+    s.add_argument("--pool", help="capacity pool (setting collect.pool)")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic, gpufleet.telemetry)")
+    s.add_argument("--spool", metavar="DIR", help="spool directory (setting collect.spool_dir)")
+    s.add_argument("--labels", metavar="FILE", help="GPU UUID to tenant/job JSON file (setting collect.labels_file)")
+    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (setting collect.metrics_port)")
+    s.set_defaults(fn=cmd_collect)
 
     s = sub.add_parser("simulate", help="write a simulated fleet's telemetry and ground-truth labels",
                        description="Write a simulated fleet's telemetry (one gpufleet.telemetry.v1 message a "
@@ -336,6 +402,14 @@ def build_parser() -> Parser:
                                    "longest idle windows, alerts) read from the store with SQL.")
     _store_options(s)
     s.set_defaults(fn=cmd_summary)
+
+    s = sub.add_parser("sql", help="run one SQL query against the store and print the result",
+                       description="Run one SQL query against the store (embedded or server) and print the "
+                                   "result as a table, e.g. gpufleet sql 'SELECT * FROM pool_usage_1m LIMIT 5'.")
+    s.add_argument("query", metavar="QUERY", help="a ClickHouse SQL query")
+    s.add_argument("--tsv", action="store_true", help="print tab-separated values with a header line")
+    _store_options(s)
+    s.set_defaults(fn=cmd_sql)
     return p
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -58,6 +59,27 @@ class KafkaSettings(BaseModel):
         return v
 
 
+class CollectSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str = Field(default_factory=socket.gethostname, min_length=1, max_length=253,
+                      description="node name in every message (the Kafka key)")
+    pool: str | None = Field(None, max_length=253, description="capacity pool of this node")
+    interval_s: float = Field(5.0, ge=0.1, le=3600, description="sampling interval")
+    spool_dir: str = Field(default_factory=lambda: str(default_data_dir() / "spool"),
+                           description="on-disk spool of messages not yet acknowledged by Kafka")
+    spool_max_mb: float = Field(256.0, ge=0.1, le=1_000_000, description="spool bound; beyond it the oldest are dropped")
+    spool_fsync: bool = Field(True, description="fsync every message into the spool (SIGKILL-safe)")
+    labels_file: str | None = Field(None, description="JSON file mapping GPU UUID to tenant and job")
+    job_env_var: str | None = Field("SLURM_JOB_ID", description="environment variable of GPU processes naming the job")
+    tenant_env_var: str | None = Field(None, description="environment variable of GPU processes naming the tenant")
+    proc_root: str = Field("/proc", description="where /proc is mounted (a host mount in a container)")
+    message_timeout_s: float = Field(60.0, ge=1, le=3600, description="librdkafka message.timeout.ms, in seconds")
+    max_in_flight: int = Field(1000, ge=1, le=100_000, description="messages handed to librdkafka at once")
+    flush_timeout_s: float = Field(10.0, ge=0, le=600, description="on SIGTERM, how long to try to send the spool")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus metrics port (0: off)")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", frozen=True,
                                       extra="forbid")
@@ -65,6 +87,7 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     stream: StreamConfig = StreamConfig()
     kafka: KafkaSettings = KafkaSettings()
+    collect: CollectSettings = CollectSettings()
 
 
 class SettingsError(ValueError):

@@ -13,16 +13,11 @@ from collections.abc import Iterable, Iterator
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-COMPRESSION = "lz4"   # aiokafka reads it with the lz4 package, a dependency of clickhouse-connect
+from gpufleet.collectors.publisher import producer_config
 
 
 class KafkaUnavailable(Exception):
     """The broker did not answer in time."""
-
-
-def producer_config(bootstrap: str, **extra) -> dict:
-    return {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-            "compression.type": COMPRESSION, "linger.ms": 20, "partitioner": "murmur2_random", **extra}
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> None:
@@ -87,18 +82,20 @@ def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, bytes]], **co
 
 
 def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = None,
-            idle_timeout_s: float | None = None) -> Iterator[tuple[str, bytes]]:
+            idle_timeout_s: float | None = None, to_end: bool = False) -> Iterator[tuple[str, bytes]]:
     """Yield ``("topic/partition/offset", value)`` from the start of ``topic``.
 
-    Stops after ``stop_after`` messages or when nothing arrived for ``idle_timeout_s``.
+    Stops after ``stop_after`` messages, when nothing arrived for ``idle_timeout_s``, or (``to_end``)
+    once every partition is read up to its end as it was when reading began.
     Offsets are committed as messages are handed over.
     """
+    ends = {p: e for p, e in end_offsets(bootstrap, topic).items() if e > 0} if to_end else None
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": True, "enable.partition.eof": False})
     consumer.subscribe([topic])
     n, last = 0, time.monotonic()
     try:
-        while stop_after is None or n < stop_after:
+        while (stop_after is None or n < stop_after) and ends != {}:
             batch = consumer.consume(num_messages=500, timeout=0.5)
             if not batch:
                 if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
@@ -111,6 +108,8 @@ def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = 
                         continue
                     raise KafkaException(msg.error())
                 n += 1
+                if ends is not None and msg.offset() + 1 >= ends.get(msg.partition(), 0):
+                    ends.pop(msg.partition(), None)
                 yield f"{msg.topic()}/{msg.partition()}/{msg.offset()}", msg.value()
     finally:
         consumer.close()

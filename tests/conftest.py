@@ -114,3 +114,37 @@ def topic(kafka_bootstrap):
     yield make
     if made:
         delete_topics(kafka_bootstrap, made)
+
+
+class LocalKafka:
+    """A broker of this test module's own, to stop and start (same port, data kept)."""
+
+    def __init__(self, state: Path):
+        self.state, self.bootstrap = state, None
+
+    def _script(self, *args):
+        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / "kafka.py"), *args, "--dir",
+                              str(self.state)], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            raise RuntimeError(f"kafka.py {args[0]} failed: {out.stderr.strip()[-500:]}")
+        return out.stdout
+
+    def start(self):
+        port = self.bootstrap.rsplit(":", 1)[1] if self.bootstrap else "0"
+        keep = ["--keep-data"] if self.bootstrap else []
+        self.bootstrap = self._script("start", "--port", port, *keep).strip().split("KAFKA_BOOTSTRAP=", 1)[1]
+
+    def stop(self):
+        self._script("stop")
+
+
+@pytest.fixture(scope="module")
+def own_kafka(tmp_path_factory):
+    """A dedicated broker that a test may stop and start; needs Java (the local broker script)."""
+    import shutil
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("broker fault tests need Java for their own broker (deploy/local/kafka.py)")
+    broker = LocalKafka(tmp_path_factory.mktemp("own-kafka"))
+    broker.start()
+    yield broker
+    broker.stop()

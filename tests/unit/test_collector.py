@@ -1,0 +1,30 @@
+"""The collector's message: the whole schema, attribution, seq and dropped."""
+import json
+
+from gpufleet.collectors.attribution import Attributor, LabelsFile
+from gpufleet.collectors.collector import Collector
+from gpufleet.collectors.fake_nvml import FakeNVML
+from gpufleet.collectors.host import HostSampler
+from gpufleet.collectors.nvml import NvmlReader
+from gpufleet.collectors.telemetry import parse
+
+
+def test_messages_are_valid_telemetry_with_attribution(tmp_path):
+    labels = tmp_path / "labels.json"
+    lib = FakeNVML(gpus=3, pcie_delay_s=0)
+    labels.write_text(json.dumps({lib.devices[1].uuid: {"tenant": "acme", "job": "train-9"}}))
+    reader = NvmlReader(lib)
+    reader.open()
+    c = Collector("node-7", reader, HostSampler(), Attributor(LabelsFile(str(labels))), pool="h100", interval_s=1)
+    first, second = c.collect(), c.collect(dropped=4)
+    for m in (first, second):
+        parsed = parse(json.dumps(m))
+        assert parsed.node == "node-7" and parsed.pool == "h100" and len(parsed.gpus) == 3
+    assert (first["seq"], second["seq"]) == (0, 1) and first["collector_id"] == second["collector_id"]
+    assert second["dropped"] == 4 and first["dropped"] == 0
+    g = second["gpus"][1]
+    assert (g["tenant"], g["job"], g["attribution"]) == ("acme", "train-9", "labels")
+    assert second["gpus"][0]["tenant"] is None
+    other = Collector("node-7", reader)
+    assert other.collector_id != c.collector_id
+    reader.close()

@@ -29,7 +29,7 @@ class Segment:
 
 class Spool:
     def __init__(self, directory: str, max_bytes: int = 256 << 20, segment_bytes: int = 4 << 20,
-                 fsync: bool = True, ack_every_s: float = 1.0, cache_records: int = 2000):
+                 fsync: bool = True, ack_every_s: float = 1.0, cache_records: int = 256):
         if max_bytes < 2 * segment_bytes:
             raise ValueError("max_bytes must hold at least two segments")
         self.dir, self.max_bytes, self.segment_bytes, self.fsync = directory, max_bytes, segment_bytes, fsync

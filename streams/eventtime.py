@@ -6,6 +6,12 @@ wait in a small buffer until the watermark passes them and are then released in
 and exactly once, whatever the arrival order within the lateness. A message
 older than the watermark is a duplicate if its time was already released
 (remembered for ``dedup_horizon_s``), and late otherwise.
+
+Each admitted message may carry a reference (the Kafka event it came in); the
+references come back out with the message when it is released, so a driver
+can acknowledge an input only once everything derived from it is durable. The
+saved state leaves waiting messages out on purpose: they were not acknowledged,
+so after a restart they are delivered again and admitted again.
 """
 from __future__ import annotations
 
@@ -21,44 +27,46 @@ class Gate:
 
     def __init__(self):
         self.max_ts: float | None = None
-        self.pending: dict[float, Telemetry] = {}
+        self.pending: dict[float, list] = {}          # ts -> [message, refs]
         self.released: set[float] = set()
         self._released_order: deque[float] = deque()
 
     def watermark(self, lateness_s: float) -> float | None:
         return None if self.max_ts is None else self.max_ts - lateness_s
 
-    def push(self, msg: Telemetry, lateness_s: float, horizon_s: float) -> tuple[str, list[Telemetry]]:
-        """Admit one message; returns its status and the messages now released, in ts order."""
+    def push(self, msg: Telemetry, lateness_s: float, horizon_s: float,
+             ref=None) -> tuple[str, list[tuple[Telemetry, list]]]:
+        """Admit one message; returns its status and the ``(message, refs)`` now released, in ts order."""
         ts = msg.ts
         if self.max_ts is not None and ts < self.max_ts - lateness_s:
             return (DUPLICATE if ts in self.released else LATE), []
         held = self.pending.get(ts)
         if held is not None:
-            known = {g.uuid for g in held.gpus}
+            known = {g.uuid for g in held[0].gpus}
             new = [g for g in msg.gpus if g.uuid not in known]
             if not new:
                 return DUPLICATE, []
-            self.pending[ts] = held.model_copy(update={"gpus": [*held.gpus, *new]})
+            held[0] = held[0].model_copy(update={"gpus": [*held[0].gpus, *new]})
+            held[1].append(ref)
             return ACCEPTED, []
-        self.pending[ts] = msg
+        self.pending[ts] = [msg, [ref]]
         if self.max_ts is None or ts > self.max_ts:
             self.max_ts = ts
             return ACCEPTED, self._release(ts - lateness_s, horizon_s)
         return ACCEPTED, []
 
-    def drain(self) -> list[Telemetry]:
+    def drain(self) -> list[tuple[Telemetry, list]]:
         """End of input: release everything still waiting."""
         return self._release(float("inf"), float("inf"))
 
-    def _release(self, watermark: float, horizon_s: float) -> list[Telemetry]:
+    def _release(self, watermark: float, horizon_s: float) -> list[tuple[Telemetry, list]]:
         pending = self.pending
         if len(pending) == 1:
             (ts,) = pending
             ready = [ts] if ts < watermark else []
         else:
             ready = sorted(t for t in pending if t < watermark)
-        out = [pending.pop(t) for t in ready]
+        out = [tuple(pending.pop(t)) for t in ready]
         released, order = self.released, self._released_order
         released.update(ready)
         order.extend(ready)
@@ -67,3 +75,14 @@ class Gate:
             while order and order[0] < forget:
                 released.discard(order.popleft())
         return out
+
+    def to_state(self) -> list:
+        return [self.max_ts, list(self._released_order)]
+
+    @classmethod
+    def from_state(cls, state: list) -> Gate:
+        gate = cls()
+        gate.max_ts, order = state
+        gate._released_order.extend(order)
+        gate.released.update(order)
+        return gate

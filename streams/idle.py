@@ -29,6 +29,16 @@ class Run:
         self.samples, self.max_util = 0, 0.0
         self.detected: float | None = None   # ts of the sample that completed the window
 
+    def to_state(self) -> list:
+        return [getattr(self, k) for k in self.__slots__]
+
+    @classmethod
+    def from_state(cls, state: list) -> Run:
+        run = cls.__new__(cls)
+        for k, v in zip(cls.__slots__, state):
+            setattr(run, k, v)
+        return run
+
     @property
     def end(self) -> float:
         return self.last + self.interval
@@ -113,3 +123,12 @@ class IdleTracker:
         for uuid, run in self.runs.items():
             self._end(node, uuid, run, "end of input", None, out, open_=True)
         self.runs = {}
+
+    def to_state(self) -> dict:
+        return {u: r.to_state() for u, r in self.runs.items()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> IdleTracker:
+        t = cls()
+        t.runs = {u: Run.from_state(r) for u, r in state.items()}
+        return t

@@ -4,27 +4,38 @@ from __future__ import annotations
 from gpufleet.collectors.telemetry import Telemetry
 
 from .config import StreamConfig
-from .eventtime import Gate
+from .eventtime import DUPLICATE, LATE, Gate
 from .idle import IdleTracker
+from .jobs import job_samples
 from .output import Output
 from .rollups import MinuteRollups
 from .samples import sample_rows
 
+STATE_VERSION = 1
+
 
 class NodeProcessor:
-    __slots__ = ("name", "gate", "rollups", "idle")
+    __slots__ = ("name", "gate", "rollups", "idle", "jobs")
 
     def __init__(self, name: str):
         self.name = name
         self.gate = Gate()
         self.rollups = MinuteRollups()
         self.idle = IdleTracker()
+        self.jobs: set[str] = set()          # jobs on this node in its latest sample
 
-    def push(self, msg: Telemetry, cfg: StreamConfig, out: Output) -> str:
-        """Admit one message (any order within the lateness); process what the watermark releases."""
-        status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s)
-        for m in ready:
+    def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None) -> str:
+        """Admit one message (any order within the lateness); process what the watermark releases.
+
+        ``ref`` (the input it came in) is put in ``out.done`` once the message is processed, or at
+        once when it is a duplicate or late.
+        """
+        status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref)
+        if status in (DUPLICATE, LATE):
+            out.done.append(ref)
+        for m, refs in ready:
             self._process(m, cfg, out)
+            out.done.extend(refs)
         return status
 
     def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output) -> None:
@@ -33,10 +44,29 @@ class NodeProcessor:
             sample_rows(msg, out)
         self.rollups.add(msg, out)
         self.idle.add(msg, cfg, out)
+        self.jobs = job_samples(msg, out, self.jobs)
 
     def flush(self, cfg: StreamConfig, out: Output) -> None:
         """End of input: process what is waiting and close every open window."""
-        for m in self.gate.drain():
+        for m, refs in self.gate.drain():
             self._process(m, cfg, out)
+            out.done.extend(refs)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
+
+    def to_state(self) -> dict:
+        """Everything but the messages still waiting for the watermark (see eventtime.py)."""
+        return {"v": STATE_VERSION, "gate": self.gate.to_state(), "rollups": self.rollups.to_state(),
+                "idle": self.idle.to_state(), "jobs": sorted(self.jobs)}
+
+    @classmethod
+    def from_state(cls, name: str, state: dict) -> NodeProcessor:
+        if state.get("v") != STATE_VERSION:
+            raise ValueError(f"node state version {state.get('v')!r} is not {STATE_VERSION}")
+        p = cls.__new__(cls)
+        p.name = name
+        p.gate = Gate.from_state(state["gate"])
+        p.rollups = MinuteRollups.from_state(state["rollups"])
+        p.idle = IdleTracker.from_state(state["idle"])
+        p.jobs = set(state["jobs"])
+        return p

@@ -19,13 +19,15 @@ class Table:
 
 
 class Output:
-    __slots__ = ("rows", "events", "dead", "counts")
+    __slots__ = ("rows", "events", "dead", "counts", "job_samples", "done")
 
     def __init__(self):
         self.rows: dict[Table, list[tuple]] = {}
         self.events: list[dict] = []
         self.dead: list[dict] = []
         self.counts: Counter = Counter()
+        self.job_samples: list[dict] = []    # for the job stage (streams/jobs.py)
+        self.done: list = []                 # references of inputs whose results are all in this output
 
     def row(self, table: Table, row: tuple) -> None:
         rows = self.rows.get(table)

@@ -14,20 +14,23 @@ from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock
 
 from .config import StreamConfig
 from .eventtime import DUPLICATE, LATE
+from .jobs import JobProcessor
 from .node import NodeProcessor
 from .output import Output
 
 
 class Pipeline:
     def __init__(self, cfg: StreamConfig | None = None, *, live: bool = False,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, route_jobs: bool = True):
         self.cfg = cfg or StreamConfig()
         self.live = live
+        self.route_jobs = route_jobs
         self.clock = clock
         self.nodes: dict[str, NodeProcessor] = {}
+        self.jobs: dict[str, JobProcessor] = {}
         self.out = Output()
 
-    def submit(self, payload: str | bytes | dict, source: str) -> Telemetry | None:
+    def submit(self, payload: str | bytes | dict, source: str, ref=None) -> Telemetry | None:
         """Validate and process one message; returns it, or None if it was dead-lettered."""
         out = self.out
         out.counts["messages"] += 1
@@ -37,15 +40,30 @@ class Pipeline:
                 check_clock(msg, self.clock(), self.cfg.max_clock_skew_s)
         except TelemetryError as err:
             out.dead_letter(err.reason_code, err.reason, source, self.clock(), payload)
+            if err.reason_code == "clock_skew":
+                out.counts[f"clock_skew:{msg.node}"] += 1      # per node: the operator's clue
+            out.done.append(ref)
             return None
-        return self.push(msg, source, payload)
+        return self.push(msg, source, payload, ref)
 
-    def push(self, msg: Telemetry, source: str = "", payload=None) -> Telemetry | None:
-        """Process one already validated message."""
-        node = self.nodes.get(msg.node)
+    def node(self, name: str) -> NodeProcessor:
+        node = self.nodes.get(name)
         if node is None:
-            node = self.nodes[msg.node] = NodeProcessor(msg.node)
-        status = node.push(msg, self.cfg, self.out)
+            node = self.nodes[name] = NodeProcessor(name)
+        return node
+
+    def job(self, name: str) -> JobProcessor:
+        job = self.jobs.get(name)
+        if job is None:
+            job = self.jobs[name] = JobProcessor(name)
+        return job
+
+    def push(self, msg: Telemetry, source: str = "", payload=None, ref=None) -> Telemetry | None:
+        """Process one already validated message."""
+        node = self.node(msg.node)
+        status = node.push(msg, self.cfg, self.out, ref)
+        if self.route_jobs:
+            self.route()
         if status == DUPLICATE:
             self.out.counts["duplicates"] += 1
         elif status == LATE:
@@ -57,7 +75,18 @@ class Pipeline:
             return None
         return msg
 
+    def route(self) -> None:
+        """The in-process bus to the job stage (the distributed mode sends job samples through Kafka)."""
+        samples, self.out.job_samples = self.out.job_samples, []
+        for sample in samples:
+            self.job(sample["job"]).push(sample, self.out)
+
     def flush(self) -> None:
         """End of input: every open window is closed and emitted."""
         for node in self.nodes.values():
             node.flush(self.cfg, self.out)
+        if self.route_jobs:
+            self.route()
+            for job in self.jobs.values():
+                job.flush(self.out)
+

@@ -58,6 +58,15 @@ class Stats:
             else:
                 a[0], a[1], a[2], a[3] = 1, v, v, v
 
+    def to_state(self) -> list:
+        return self.acc
+
+    @classmethod
+    def from_state(cls, acc: list) -> Stats:
+        stats = cls.__new__(cls)
+        stats.acc = acc
+        return stats
+
     def columns(self) -> list:
         out = []
         for n, s, lo, hi in self.acc:
@@ -74,7 +83,7 @@ class GpuMinute:
     def __init__(self):
         self.stats = Stats(len(GPU_METRICS))
         self.samples = self.throttled = self.xids = 0
-        self.last = None
+        self.last: tuple = ()            # index, model, tenant, job of the latest sample
 
     def add(self, g) -> None:
         self.stats.add(_gpu_values(g))
@@ -83,7 +92,17 @@ class GpuMinute:
             self.throttled += 1
         if g.xid_events:
             self.xids += len(g.xid_events)
-        self.last = g
+        self.last = (g.index, g.model or "", g.tenant or "", g.job or "")
+
+    def to_state(self) -> list:
+        return [self.stats.to_state(), self.samples, self.throttled, self.xids, list(self.last)]
+
+    @classmethod
+    def from_state(cls, state: list) -> GpuMinute:
+        acc = cls.__new__(cls)
+        stats, acc.samples, acc.throttled, acc.xids, last = state
+        acc.stats, acc.last = Stats.from_state(stats), tuple(last)
+        return acc
 
 
 class NodeMinute:
@@ -105,6 +124,16 @@ class NodeMinute:
         self.samples += 1
         self.gpus = max(self.gpus, len(gpus))
         self.pool = msg.pool
+
+    def to_state(self) -> list:
+        return [self.stats.to_state(), self.samples, self.gpus, self.pool]
+
+    @classmethod
+    def from_state(cls, state: list) -> NodeMinute:
+        acc = cls.__new__(cls)
+        stats, acc.samples, acc.gpus, acc.pool = state
+        acc.stats = Stats.from_state(stats)
+        return acc
 
 
 class MinuteRollups:
@@ -137,9 +166,20 @@ class MinuteRollups:
             return
         minute, pool = self.minute, self.node.pool or ""
         for uuid, acc in self.gpus.items():
-            g = acc.last
-            out.row(GPU_ROLLUP, (minute, node, pool, uuid, g.index, g.model or "", g.tenant or "", g.job or "",
+            index, model, tenant, job = acc.last
+            out.row(GPU_ROLLUP, (minute, node, pool, uuid, index, model, tenant, job,
                                  acc.samples, *acc.stats.columns(), acc.throttled, acc.xids))
         n = self.node
         out.row(NODE_ROLLUP, (minute, node, pool, n.samples, n.gpus, *n.stats.columns()))
         self.minute, self.node, self.gpus = None, NodeMinute(), {}
+
+    def to_state(self) -> list:
+        return [self.minute, self.node.to_state(), {u: g.to_state() for u, g in self.gpus.items()}]
+
+    @classmethod
+    def from_state(cls, state: list) -> MinuteRollups:
+        r = cls.__new__(cls)
+        r.minute, node, gpus = state
+        r.node = NodeMinute.from_state(node)
+        r.gpus = {u: GpuMinute.from_state(g) for u, g in gpus.items()}
+        return r

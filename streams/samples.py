@@ -8,7 +8,7 @@ from .output import Output, Table
 GPU_SAMPLES = Table("gpu_samples", (
     "ts", "node", "pool", "gpu_uuid", "gpu_index", "tenant", "job", "util_pct", "mem_util_pct", "mem_used_bytes",
     "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
-    "throttle_reasons", "xid_events", "process_pids", "process_mem_bytes"), dedup=False)
+    "throttle_reasons", "xid_events", "process_pids", "process_mem_bytes"))
 
 
 def _int(v):

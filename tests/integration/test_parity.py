@@ -27,6 +27,7 @@ QUERIES = {
     "tenant usage": """SELECT minute, tenant, pool, gpus, round(util_pct, 6), round(power_w, 3)
                        FROM tenant_usage_1m ORDER BY tenant, pool, minute""",
     "idle windows": "SELECT * FROM idle_windows ORDER BY gpu_uuid, started_at",
+    "job rollups": "SELECT * FROM job_rollup_1m ORDER BY job, minute",
     "alerts": "SELECT * FROM alerts ORDER BY id, status",
     "raw samples": "SELECT count(), uniqExact(gpu_uuid, ts), sum(util_pct) FROM gpu_samples",
 }

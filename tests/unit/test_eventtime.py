@@ -15,8 +15,8 @@ def test_releases_in_ts_order_once_the_watermark_passes():
     status, ready = push(gate, 105)        # out of order, within the lateness
     assert status == ACCEPTED and ready == []
     status, ready = push(gate, 140)        # watermark 110: releases 100 and 105 (strictly older)
-    assert [m.ts for m in ready] == [100, 105]
-    assert [m.ts for m in gate.drain()] == [110, 140]
+    assert [m.ts for m, _ in ready] == [100, 105]
+    assert [m.ts for m, _ in gate.drain()] == [110, 140]
 
 
 def test_late_and_duplicate_are_told_apart():
@@ -53,7 +53,7 @@ def test_same_time_new_gpus_are_merged_repeated_gpus_ignored():
     push(gate, 100, gpus=[gpu(0)])
     assert push(gate, 100, gpus=[gpu(0)])[0] == DUPLICATE
     assert push(gate, 100, gpus=[gpu(0), gpu(1)])[0] == ACCEPTED
-    (m,) = gate.drain()
+    ((m, refs),) = gate.drain()
     assert [g.uuid for g in m.gpus] == ["GPU-0", "GPU-1"]
 
 
@@ -61,4 +61,4 @@ def test_zero_lateness_keeps_only_the_newest_waiting():
     gate = Gate()
     push(gate, 1, lateness=0)
     status, ready = push(gate, 2, lateness=0)
-    assert [m.ts for m in ready] == [1]
+    assert [m.ts for m, _ in ready] == [1]

@@ -329,6 +329,79 @@ def cmd_collect(args) -> int:
         raise UsageError(f"{args.prog}: {err}: install the NVIDIA driver, or run with --fake-gpus N") from None
 
 
+def _kafka_overrides(args) -> dict:
+    kafka = {k: v for k, v in (("bootstrap", getattr(args, "bootstrap", None)),
+                               ("partitions", getattr(args, "partitions", None)),
+                               ("telemetry_topic", getattr(args, "topic", None))) if v is not None}
+    return {"kafka": kafka} if kafka else {}
+
+
+def cmd_worker(args) -> int:
+    from gpufleet.streams import worker
+    from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
+
+    store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
+    w = {k: v for k, v in (("web_port", args.web_port), ("data_dir", args.data_dir), ("app_id", args.app_id))
+         if v is not None}
+    settings = load_settings(args.config, **({"store": store} if store else {}), **({"worker": w} if w else {}),
+                             **_kafka_overrides(args))
+    if settings.store.dsn.startswith("chdb:"):
+        print("gpufleet worker: note: writing to an embedded store; a ClickHouse server (--dsn http://...) "
+              "lets several workers share it", file=sys.stderr)
+    try:
+        ensure_topics(settings.kafka.bootstrap, worker.internal_topics(settings))
+    except (KafkaUnavailable, ValueError) as err:
+        print(f"gpufleet worker: kafka: {err}", file=sys.stderr)
+        return 1
+    store_ = _open_store(settings)
+    return worker.run(settings, store_, loglevel=args.log_level)
+
+
+def cmd_topics(args) -> int:
+    from gpufleet.streams import worker
+    from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
+    settings = load_settings(args.config, **_kafka_overrides(args))
+    topics = worker.internal_topics(settings)
+    try:
+        ensure_topics(settings.kafka.bootstrap, topics)
+    except (KafkaUnavailable, ValueError) as err:
+        print(f"gpufleet topics: kafka: {err}", file=sys.stderr)
+        return 1
+    for name, n in sorted(topics.items()):
+        print(f"{name}: {n} partitions")
+    return 0
+
+
+def cmd_publish(args) -> int:
+    import os
+    from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics, produce
+    if not os.path.isfile(args.file):
+        raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
+    settings = load_settings(args.config, **_kafka_overrides(args))
+    topic = settings.kafka.telemetry_topic
+    try:
+        ensure_topics(settings.kafka.bootstrap, {topic: settings.kafka.partitions})
+    except (KafkaUnavailable, ValueError) as err:
+        print(f"gpufleet publish: kafka: {err}", file=sys.stderr)
+        return 1
+    from gpufleet.streams.embedded import file_source
+    progress = Progress("publish")
+
+    def keyed():
+        for i, (_, line) in enumerate(file_source(args.file), 1):
+            try:
+                key = json.loads(line).get("node") or ""
+            except ValueError:
+                key = ""                 # the worker dead-letters it; it still goes through
+            if i % 1000 == 0:
+                progress(i)
+            yield str(key), line.rstrip(b"\n")
+    n = produce(settings.kafka.bootstrap, topic, keyed())
+    progress(n, final=True)
+    print(f"published {n:,} messages to {topic} (key = node)")
+    return 0
+
+
 def build_parser() -> Parser:
     p = Parser(prog="gpufleet", description="Telemetry, anomaly detection and metering for rented GPU fleets.",
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -365,6 +438,37 @@ def build_parser() -> Parser:
     s.add_argument("--labels", metavar="FILE", help="GPU UUID to tenant/job JSON file (setting collect.labels_file)")
     s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (setting collect.metrics_port)")
     s.set_defaults(fn=cmd_collect)
+
+    s = sub.add_parser("worker", help="run the stream processors on Kafka (the distributed mode)",
+                       description="Run the stream processors as a faust-streaming worker: consume the telemetry "
+                                   "topic, validate (bad messages to the dead-letter topic), compute rollups, idle "
+                                   "windows and alerts with state in Faust tables, and write to ClickHouse. Start "
+                                   "as many as there are partitions; they share the load and take over from a "
+                                   "worker that dies. Serves /health and /metrics on --web-port.")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--partitions", type=int, help="partitions of the topics it creates (setting kafka.partitions, 4)")
+    s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic)")
+    s.add_argument("--web-port", type=int, help="port of /health and /metrics (setting worker.web_port, 6066)")
+    s.add_argument("--data-dir", help="Faust data directory (setting worker.data_dir)")
+    s.add_argument("--app-id", help="Faust app id, the consumer group (setting worker.app_id, gpufleet)")
+    _store_options(s)
+    s.set_defaults(fn=cmd_worker)
+
+    s = sub.add_parser("topics", help="create the Kafka topics gpufleet uses (idempotent)",
+                       description="Create the telemetry, dead-letter, alert and internal topics with their "
+                                   "partition counts, or check that existing ones have them.")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--partitions", type=int, help="partitions (setting kafka.partitions, 4)")
+    s.set_defaults(fn=cmd_topics)
+
+    s = sub.add_parser("publish", help="send a recorded telemetry file to the Kafka telemetry topic",
+                       description="Produce every line of a telemetry JSONL file to the telemetry topic, keyed by "
+                                   "node, for the workers to process (a replay in the distributed mode).")
+    s.add_argument("file", metavar="FILE", help="telemetry JSONL file (.gz too)")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic)")
+    s.add_argument("--partitions", type=int, help="partitions if the topic is created (setting kafka.partitions)")
+    s.set_defaults(fn=cmd_publish)
 
     s = sub.add_parser("simulate", help="write a simulated fleet's telemetry and ground-truth labels",
                        description="Write a simulated fleet's telemetry (one gpufleet.telemetry.v1 message a "

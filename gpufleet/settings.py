@@ -47,7 +47,9 @@ class KafkaSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
-    telemetry_topic: str = "gpufleet.telemetry"
+    telemetry_topic: str = Field("gpufleet.telemetry", pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    topic_prefix: str = Field("gpufleet", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                              description="prefix of the other topics: <prefix>.telemetry.dlq, <prefix>.alerts, ...")
     partitions: int = Field(4, ge=1, le=10_000, description="partitions of the topics gpufleet creates")
 
     @field_validator("bootstrap")
@@ -80,6 +82,22 @@ class CollectSettings(BaseModel):
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus metrics port (0: off)")
 
 
+class WorkerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    app_id: str = Field("gpufleet", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                        description="Faust app id: the consumer group and the prefix of its internal topics")
+    web_port: int = Field(6066, ge=1, le=65535, description="port of /health and /metrics (one per worker on a host)")
+    web_host: str = Field("0.0.0.0", description="address the web endpoints bind to")
+    data_dir: str = Field(default_factory=lambda: str(default_data_dir() / "worker"),
+                          description="Faust's data directory (one per worker on a host)")
+    batch_max: int = Field(2000, ge=1, le=100_000, description="messages processed, then made durable, at a time")
+    batch_within_s: float = Field(1.0, gt=0, le=60, description="longest a batch waits to fill")
+    session_timeout_s: float = Field(10.0, ge=1, le=300,
+                                     description="a worker silent this long is presumed dead and its partitions move")
+    commit_interval_s: float = Field(1.0, gt=0, le=60, description="how often acknowledged offsets are committed")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", frozen=True,
                                       extra="forbid")
@@ -88,6 +106,7 @@ class Settings(BaseSettings):
     stream: StreamConfig = StreamConfig()
     kafka: KafkaSettings = KafkaSettings()
     collect: CollectSettings = CollectSettings()
+    worker: WorkerSettings = WorkerSettings()
 
 
 class SettingsError(ValueError):

@@ -23,16 +23,21 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _chdb_lock = threading.Lock()
 
 
+# Inserts are synchronous: a write returns once the rows are in the table (some servers, chdb's among
+# them, buffer inserts asynchronously by default).
+SETTINGS = {"async_insert": 0}
+
+
 def _client(target: dict, database: str | None, password: str | None):
     try:
         if target["kind"] == "chdb":
             os.makedirs(target["path"], exist_ok=True)
             kw = {"database": database} if database else {}
-            return clickhouse_connect.get_client(dsn="chdb://" + target["path"], **kw)
+            return clickhouse_connect.get_client(dsn="chdb://" + target["path"], settings=SETTINGS, **kw)
         return clickhouse_connect.get_client(
             host=target["host"], port=target["port"], secure=target["secure"], username=target["username"],
             password=password if password is not None else target["password"], database=database or "",
-            connect_timeout=5, send_receive_timeout=60, autogenerate_session_id=False)
+            connect_timeout=5, send_receive_timeout=60, autogenerate_session_id=False, settings=SETTINGS)
     except OperationalError as err:
         raise StoreUnavailable(f"cannot reach ClickHouse: {err}") from None
     except DatabaseError as err:

@@ -15,3 +15,5 @@ class StreamConfig(BaseModel):
     idle_window_s: float = Field(600.0, gt=0, le=7 * 86400, description="how long a GPU must stay idle before it counts")
     max_clock_skew_s: float = Field(300.0, gt=0, description="live mode: messages further ahead of the clock are dead-lettered")
     raw_samples: bool = Field(True, description="store every GPU sample (with a TTL) besides the rollups")
+    job_node_timeout_s: float = Field(600.0, gt=0, le=86400,
+                                      description="job stage: a node this far behind the job's other nodes has left it")

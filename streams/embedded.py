@@ -50,8 +50,11 @@ class JsonLines:
 
 def run(source: Iterable[tuple[str, object]], pipeline: Pipeline, sink: Sink | None,
         events: JsonLines | None = None, dead: JsonLines | None = None,
-        progress: Callable[[int], None] | None = None, drain_every: int = 512) -> int:
-    """Push every message through ``pipeline`` into ``sink``; returns the number of messages."""
+        progress: Callable[[int], None] | None = None, drain_every: int = 512, flush: bool = True) -> int:
+    """Push every message through ``pipeline`` into ``sink``; returns the number of messages.
+
+    ``flush=False`` leaves windows the watermark has not closed open, as a live worker does.
+    """
     out = pipeline.out
 
     def drain(final: bool) -> None:
@@ -72,7 +75,8 @@ def run(source: Iterable[tuple[str, object]], pipeline: Pipeline, sink: Sink | N
             drain(False)
             if progress is not None:
                 progress(n)
-    pipeline.flush()
+    if flush:
+        pipeline.flush()
     drain(True)
     if progress is not None:
         progress(n)

@@ -96,28 +96,42 @@ class JobMinute:
 class JobProcessor:
     """One job's state: its nodes' progress, samples waiting for the watermark, the open minute."""
 
-    __slots__ = ("job", "nodes", "pending", "frontier", "minute", "acc", "tenant", "pool")
+    __slots__ = ("job", "nodes", "released", "pending", "frontier", "minute", "acc", "tenant", "pool")
 
     def __init__(self, job: str):
         self.job = job
-        self.nodes: dict[str, float] = {}        # node -> its latest ts
+        self.nodes: dict[str, float] = {}        # node -> its latest ts admitted
+        self.released: dict[str, float] = {}     # node -> its latest ts released
         self.pending: list = []                  # [ts, node, sample, refs]
         self.frontier = float("-inf")            # everything at or before it is released
         self.minute: int | None = None
         self.acc = JobMinute()
         self.tenant = self.pool = None
 
-    def push(self, sample: dict, out: Output, ref=None) -> None:
+    def push(self, sample: dict, out: Output, ref=None, node_timeout_s: float = 600.0) -> None:
         node, ts = sample["node"], sample["ts"]
         if sample.get("leave"):
             self.nodes.pop(node, None)
+            self.released.pop(node, None)
             out.done.append(ref)
+        elif ts <= self.nodes.get(node, float("-inf")):
+            out.counts["job_duplicates"] += 1      # each node's samples come in order: this one came before
+            out.done.append(ref)
+            return
         else:
             if node not in self.nodes and ts <= self.frontier:
                 out.counts["job_late"] += 1
-            self.nodes[node] = max(ts, self.nodes.get(node, ts))
+            self.nodes[node] = ts
             self.pending.append([ts, node, sample, [ref]])
+            # a node that stopped reporting (it died) must not hold the job back for ever
+            for other, last in list(self.nodes.items()):
+                if ts - last > node_timeout_s:
+                    del self.nodes[other]
+                    self.released.pop(other, None)
+                    out.counts["job_node_timeout"] += 1
         self._release(min(self.nodes.values()) if self.nodes else float("inf"), out)
+        if not self.nodes:
+            self.close(out)                      # gone from every node: the job's last minute is complete
 
     def _release(self, watermark: float, out: Output) -> None:
         if not self.pending:
@@ -129,6 +143,7 @@ class JobProcessor:
         ready.sort(key=lambda p: (p[0], p[1]))
         for ts, node, sample, refs in ready:
             self._process(ts, node, sample, out)
+            self.released[node] = ts
             out.done.extend(refs)
         self.frontier = max(self.frontier, ready[-1][0])
 
@@ -161,15 +176,14 @@ class JobProcessor:
         """Waiting samples are left out (they were not acknowledged: they come again after a restart),
         so each node's progress is saved as of what was released."""
         frontier = self.frontier if self.frontier != float("-inf") else None
-        nodes = {n: (ts if frontier is None or ts <= frontier else frontier) for n, ts in self.nodes.items()}
-        if frontier is None:
-            nodes = {}
+        nodes = {n: self.released[n] for n in self.nodes if n in self.released}
         return [nodes, frontier, self.minute, self.acc.to_state(), self.tenant, self.pool]
 
     @classmethod
     def from_state(cls, job: str, state: list) -> JobProcessor:
         p = cls(job)
         p.nodes, frontier, p.minute, acc, p.tenant, p.pool = state
+        p.released = dict(p.nodes)
         p.frontier = float("-inf") if frontier is None else frontier
         p.acc = JobMinute.from_state(acc)
         return p

@@ -21,10 +21,14 @@ from .output import Output
 
 class Pipeline:
     def __init__(self, cfg: StreamConfig | None = None, *, live: bool = False,
-                 clock: Callable[[], float] = time.time, route_jobs: bool = True):
+                 clock: Callable[[], float] = time.time, route_jobs: bool = True,
+                 load_node: Callable[[str], NodeProcessor | None] | None = None,
+                 load_job: Callable[[str], JobProcessor | None] | None = None):
         self.cfg = cfg or StreamConfig()
         self.live = live
         self.route_jobs = route_jobs
+        self.load_node = load_node or (lambda name: None)     # saved state, in the distributed mode
+        self.load_job = load_job or (lambda name: None)
         self.clock = clock
         self.nodes: dict[str, NodeProcessor] = {}
         self.jobs: dict[str, JobProcessor] = {}
@@ -49,13 +53,13 @@ class Pipeline:
     def node(self, name: str) -> NodeProcessor:
         node = self.nodes.get(name)
         if node is None:
-            node = self.nodes[name] = NodeProcessor(name)
+            node = self.nodes[name] = self.load_node(name) or NodeProcessor(name)
         return node
 
     def job(self, name: str) -> JobProcessor:
         job = self.jobs.get(name)
         if job is None:
-            job = self.jobs[name] = JobProcessor(name)
+            job = self.jobs[name] = self.load_job(name) or JobProcessor(name)
         return job
 
     def push(self, msg: Telemetry, source: str = "", payload=None, ref=None) -> Telemetry | None:
@@ -79,7 +83,7 @@ class Pipeline:
         """The in-process bus to the job stage (the distributed mode sends job samples through Kafka)."""
         samples, self.out.job_samples = self.out.job_samples, []
         for sample in samples:
-            self.job(sample["job"]).push(sample, self.out)
+            self.job(sample["job"]).push(sample, self.out, node_timeout_s=self.cfg.job_node_timeout_s)
 
     def flush(self) -> None:
         """End of input: every open window is closed and emitted."""

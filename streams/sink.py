@@ -51,6 +51,7 @@ class Sink:
         self.oldest: float | None = None
         self.written: dict[str, int] = {}
         self.failures = 0
+        self.unavailable_since: float | None = None     # wall time of the first failure of a retry run
 
     def add(self, rows: dict[Table, list[tuple]], events: list[dict] = (), dead: list[dict] = ()) -> None:
         if events:
@@ -80,12 +81,14 @@ class Sink:
                     break
                 except StoreUnavailable as err:
                     self.failures += 1
+                    self.unavailable_since = self.unavailable_since or time.time()
                     if self.give_up_after_s is not None and self.clock() - started > self.give_up_after_s:
                         raise
                     log.warning("store unavailable, %d rows for %s held, retrying in %.1f s: %s",
                                 len(rows), table.name, delay, err)
                     self.sleep(delay)
                     delay = min(delay * 2, self.backoff_s[1])
+            self.unavailable_since = None
             new += n
             self.written[table.name] = self.written.get(table.name, 0) + n
             self.buffered -= len(rows)

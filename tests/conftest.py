@@ -116,26 +116,30 @@ def topic(kafka_bootstrap):
         delete_topics(kafka_bootstrap, made)
 
 
-class LocalKafka:
-    """A broker of this test module's own, to stop and start (same port, data kept)."""
+class LocalService:
+    """A Kafka broker or ClickHouse server of one test module's own, to stop and start (same port, data kept)."""
 
-    def __init__(self, state: Path):
-        self.state, self.bootstrap = state, None
+    def __init__(self, script: str, prefix: str, state: Path):
+        self.script, self.prefix, self.state, self.address = script, prefix, state, None
 
-    def _script(self, *args):
-        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / "kafka.py"), *args, "--dir",
+    def _run(self, *args):
+        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{self.script}.py"), *args, "--dir",
                               str(self.state)], capture_output=True, text=True, timeout=300)
         if out.returncode != 0:
-            raise RuntimeError(f"kafka.py {args[0]} failed: {out.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{self.script}.py {args[0]} failed: {out.stderr.strip()[-500:]}")
         return out.stdout
 
     def start(self):
-        port = self.bootstrap.rsplit(":", 1)[1] if self.bootstrap else "0"
-        keep = ["--keep-data"] if self.bootstrap else []
-        self.bootstrap = self._script("start", "--port", port, *keep).strip().split("KAFKA_BOOTSTRAP=", 1)[1]
+        port = self.address.rsplit(":", 1)[1] if self.address else "0"
+        keep = ["--keep-data"] if self.address else []
+        self.address = self._run("start", "--port", port, *keep).strip().split(self.prefix, 1)[1]
 
     def stop(self):
-        self._script("stop")
+        self._run("stop")
+
+    @property
+    def bootstrap(self):
+        return self.address
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +148,16 @@ def own_kafka(tmp_path_factory):
     import shutil
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("broker fault tests need Java for their own broker (deploy/local/kafka.py)")
-    broker = LocalKafka(tmp_path_factory.mktemp("own-kafka"))
+    broker = LocalService("kafka", "KAFKA_BOOTSTRAP=", tmp_path_factory.mktemp("own-kafka"))
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="module")
+def own_clickhouse(tmp_path_factory):
+    """A dedicated ClickHouse server (the chdb one) that a test may stop and start."""
+    server = LocalService("clickhouse", "CLICKHOUSE_URL=", tmp_path_factory.mktemp("own-clickhouse"))
+    server.start()
+    yield server
+    server.stop()

@@ -7,8 +7,9 @@ import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.jobs import JobProcessor
+from gpufleet.streams.jobs import JOB_ROLLUP, JobProcessor
 from gpufleet.streams.node import NodeProcessor
+from gpufleet.streams.output import Output
 from gpufleet.streams.pipeline import Pipeline
 
 CFG = StreamConfig(lateness_s=30)
@@ -80,3 +81,34 @@ def test_crashes_lose_nothing_and_count_nothing_twice(seed):
     assert rows == ref_rows
     assert events == ref_events
     assert any(k[0] == "job_rollup_1m" for k in rows) and any(k[0] == "gpu_rollup_1m" for k in rows)
+
+
+def test_job_samples_delivered_again_after_a_restore_count_once():
+    spec = FleetSpec(nodes=8, gpus_per_node=2, hours=1, seed=3, faults_per_kind=1, training_share=1.0)
+    p = Pipeline(CFG, route_jobs=False)
+    samples = []
+    for i, m in enumerate(Simulation(spec).messages()):
+        p.submit(m, str(i))
+        samples += p.out.job_samples
+        p.out.job_samples = []
+    p.flush()
+    samples += p.out.job_samples
+    job = max(sorted({s["job"] for s in samples}), key=lambda j: len({s["node"] for s in samples if s["job"] == j}))
+    mine = [s for s in samples if s["job"] == job]
+    assert len({s["node"] for s in mine}) >= 2, "a multi-node job"
+
+    once = Output()
+    proc = JobProcessor(job)
+    for s in mine:
+        proc.push(s, once)
+    # the same, but saved after 60%, then restored and fed again from 40%: 20% come twice
+    twice, proc = Output(), JobProcessor(job)
+    cut, again = int(len(mine) * 0.6), int(len(mine) * 0.4)
+    for s in mine[:cut]:
+        proc.push(s, twice)
+    proc = JobProcessor.from_state(job, json.loads(json.dumps(proc.to_state())))
+    for s in mine[again:]:
+        proc.push(s, twice)
+    rows = lambda out: sorted(map(repr, out.rows.get(JOB_ROLLUP, [])))   # noqa: E731
+    assert rows(twice) == rows(once) and rows(once)
+    assert twice.counts["job_duplicates"] > 0

@@ -1,0 +1,140 @@
+"""Stream worker throughput against the raw consumption ceiling, and window-state memory per GPU.
+
+    KAFKA_BOOTSTRAP=... CLICKHOUSE_URL=... .venv/bin/python bench/bench_worker.py [--messages 20000]
+
+1. GPU samples per second through one `gpufleet worker` process (validation, event time, rollups,
+   idle windows, the job stage, writes to the ClickHouse server, state saved to changelogs), from its
+   first batch to the last message, against a plain aiokafka consumer with default settings and
+   `getmany` reading the same messages from the same broker in the same run, decoding nothing.
+2. Memory of the processors' state per tracked GPU for fleets of 1k, 10k and 100k GPUs on the
+   simulated clock (tracemalloc of the live processors after 10 minutes of samples; the waiting
+   messages of the last lateness included), and the size of the saved state per GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import urllib.request
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import RECENT, machine  # noqa: E402
+
+from gpufleet.collectors.simulator import FleetSpec, Simulation  # noqa: E402
+from gpufleet.streams.kafka import delete_topics, ensure_topics, produce  # noqa: E402
+from gpufleet.streams.pipeline import Pipeline  # noqa: E402
+
+
+async def ceiling(bootstrap: str, topic: str, n: int) -> float:
+    from aiokafka import AIOKafkaConsumer
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"ceiling-{uuid.uuid4().hex[:6]}",
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    got, first = 0, None
+    try:
+        while got < n:
+            batch = await consumer.getmany(timeout_ms=1000)
+            for records in batch.values():
+                if records and first is None:
+                    first = time.perf_counter()
+                got += len(records)
+    finally:
+        await consumer.stop()
+    return time.perf_counter() - first
+
+
+def worker_run(bootstrap: str, dsn: str, prefix: str, n: int) -> float:
+    port = 6200 + os.getpid() % 500
+    env = {**os.environ, "GPUFLEET_KAFKA__BOOTSTRAP": bootstrap, "GPUFLEET_KAFKA__TELEMETRY_TOPIC": f"{prefix}.telemetry",
+           "GPUFLEET_KAFKA__TOPIC_PREFIX": prefix, "GPUFLEET_WORKER__APP_ID": prefix,
+           "GPUFLEET_WORKER__WEB_PORT": str(port), "GPUFLEET_WORKER__DATA_DIR": tempfile.mkdtemp(),
+           "GPUFLEET_STORE__DSN": dsn, "GPUFLEET_STORE__DATABASE": f"b_{prefix}"}
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet", "worker"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    pattern = re.compile(r'gpufleet_worker_events_total\{kind="messages",stage="node"\} (\S+)')
+    first = None
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    m = pattern.search(r.read().decode())
+            except Exception:
+                m = None
+            seen = float(m.group(1)) if m else 0
+            if seen and first is None:
+                first = time.perf_counter()
+            if seen >= n:
+                return time.perf_counter() - first
+            time.sleep(0.05)
+        raise RuntimeError("the worker did not finish in 10 minutes")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def throughput(bootstrap: str, dsn: str, messages: int) -> None:
+    nodes = 16
+    hours = messages / nodes / 720
+    sim = Simulation(FleetSpec(nodes=nodes, gpus_per_node=8, hours=hours, seed=3, start=RECENT))
+    payloads = [(m["node"], json.dumps(m, separators=(",", ":")).encode()) for m in sim.messages()]
+    prefix = f"bw{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}.telemetry"
+    ensure_topics(bootstrap, {topic: 4})
+    n = produce(bootstrap, topic, payloads)
+    samples = n * 8
+    raw = asyncio.run(ceiling(bootstrap, topic, n))
+    worker = worker_run(bootstrap, dsn, prefix, n)
+    delete_topics(bootstrap, [topic])
+    print(f"{n:,} messages, {samples:,} GPU samples ({nodes} nodes x 8 GPUs), 4 partitions; {machine()}")
+    print("| path | GPU samples/s | share of the ceiling |\n|---|---:|---:|")
+    print(f"| aiokafka getmany, decoding nothing (ceiling) | {samples / raw:,.0f} | 100% |")
+    print(f"| one gpufleet worker, end to end | {samples / worker:,.0f} | {raw / worker:.0%} |")
+
+
+def state_memory() -> None:
+    print("\n| GPUs tracked | nodes | state in memory | per GPU | saved state per GPU |\n|---:|---:|---:|---:|---:|")
+    for gpus in (1_000, 10_000, 100_000):
+        nodes = gpus // 8
+        sim = Simulation(FleetSpec(nodes=nodes, gpus_per_node=8, hours=10 / 60, seed=1, faults_per_kind=0,
+                                   start=RECENT))
+        messages = list(sim.messages())
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        pipeline = Pipeline()
+        for i, m in enumerate(messages):
+            pipeline.submit(m, str(i))
+            pipeline.out.rows, pipeline.out.events = {}, []
+        used = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        saved = sum(len(json.dumps(p.to_state())) for p in pipeline.nodes.values()) + \
+            sum(len(json.dumps(j.to_state())) for j in pipeline.jobs.values())
+        print(f"| {gpus:,} | {nodes:,} | {used / 2**20:,.1f} MB | {used / gpus / 1024:.1f} kB | "
+              f"{saved / gpus / 1024:.2f} kB |")
+        del messages, pipeline, sim
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--skip-memory", action="store_true")
+    args = ap.parse_args()
+    if os.environ.get("KAFKA_BOOTSTRAP") and os.environ.get("CLICKHOUSE_URL"):
+        throughput(os.environ["KAFKA_BOOTSTRAP"], os.environ["CLICKHOUSE_URL"], args.messages)
+    else:
+        print("(set KAFKA_BOOTSTRAP and CLICKHOUSE_URL for the throughput figures)")
+    if not args.skip_memory:
+        state_memory()
+
+
+if __name__ == "__main__":
+    main()

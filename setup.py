@@ -31,5 +31,5 @@ def packages():
 setup(
     packages=packages(),
     package_dir=FOLDERS,
-    package_data={"gpufleet.sql": ["migrations/*.sql"]},
+    package_data={"gpufleet.sql": ["migrations/*.sql"], "gpufleet.models": ["*.json"]},
 )

@@ -58,14 +58,16 @@ def _store_options(p: argparse.ArgumentParser, database: str | None = None) -> N
                    (f" (default {database})" if database else " (default: setting store.database, gpufleet)"))
 
 
-def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0, start_default: float | None = None) -> None:
-    p.add_argument("--nodes", type=int, default=8, help="nodes in the fleet (default 8)")
+def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0, start_default: float | None = None,
+                   nodes: int = 8, faults: int = 2, seed: bool = True) -> None:
+    p.add_argument("--nodes", type=int, default=nodes, help=f"nodes in the fleet (default {nodes})")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--hours", type=float, default=hours, help=f"simulated hours (default {hours:g})")
     p.add_argument("--interval", type=float, default=5.0, help="sampling interval in seconds (default 5)")
-    p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same fleet (default 1)")
-    p.add_argument("--faults", type=int, default=2,
-                   help="faults injected of each kind: straggler, IO starvation, memory leak (default 2)")
+    if seed:
+        p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same fleet (default 1)")
+    p.add_argument("--faults", type=int, default=faults,
+                   help=f"faults injected of each kind: straggler, IO starvation, memory leak (default {faults})")
     p.add_argument("--start", type=_when, default=start_default, metavar="WHEN",
                    help="simulated start, UTC: YYYY-MM-DD[THH:MM] or Unix seconds (default " +
                         ("midnight UTC yesterday, so raw samples stay within their 14-day TTL)" if start_default is None
@@ -102,7 +104,8 @@ def _spec(args):
 def _settings(args) -> Settings:
     store = {k: v for k, v in (("dsn", getattr(args, "dsn", None)), ("database", getattr(args, "database", None)))
              if v is not None}
-    return load_settings(args.config, **({"store": store} if store else {}))
+    stream = {"model": args.model} if getattr(args, "model", None) else {}
+    return load_settings(args.config, **({"store": store} if store else {}), **({"stream": stream} if stream else {}))
 
 
 def _open_store(settings: Settings, fresh: bool = False):
@@ -143,13 +146,22 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _model(settings: Settings):
+    """The detectors' model: the one named by setting stream.model, or the packaged one."""
+    from gpufleet.models.artifact import Model, ModelError
+    try:
+        return Model.load(settings.stream.model) if settings.stream.model else Model.default()
+    except ModelError as err:
+        raise UsageError(f"gpufleet: setting stream.model: {err}") from None
+
+
 def _run_embedded(settings: Settings, source, total, label: str, events_path=None, dead_path=None,
                   store=None):
     from gpufleet.streams import embedded
     from gpufleet.streams.pipeline import Pipeline
     from gpufleet.streams.sink import Sink
 
-    pipeline = Pipeline(settings.stream)
+    pipeline = Pipeline(settings.stream, model=_model(settings))
     sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds) if store is not None else None
     events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
     progress = Progress(label, total)
@@ -343,8 +355,9 @@ def cmd_worker(args) -> int:
     store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
     w = {k: v for k, v in (("web_port", args.web_port), ("data_dir", args.data_dir), ("app_id", args.app_id))
          if v is not None}
+    stream = {"model": args.model} if args.model else {}
     settings = load_settings(args.config, **({"store": store} if store else {}), **({"worker": w} if w else {}),
-                             **_kafka_overrides(args))
+                             **({"stream": stream} if stream else {}), **_kafka_overrides(args))
     if settings.store.dsn.startswith("chdb:"):
         print("gpufleet worker: note: writing to an embedded store; a ClickHouse server (--dsn http://...) "
               "lets several workers share it", file=sys.stderr)
@@ -353,8 +366,9 @@ def cmd_worker(args) -> int:
     except (KafkaUnavailable, ValueError) as err:
         print(f"gpufleet worker: kafka: {err}", file=sys.stderr)
         return 1
+    model = _model(settings)
     store_ = _open_store(settings)
-    return worker.run(settings, store_, loglevel=args.log_level)
+    return worker.run(settings, store_, model, loglevel=args.log_level)
 
 
 def cmd_topics(args) -> int:
@@ -400,6 +414,23 @@ def cmd_publish(args) -> int:
     progress(n, final=True)
     print(f"published {n:,} messages to {topic} (key = node)")
     return 0
+
+
+def cmd_model(args) -> int:
+    from gpufleet import model_commands
+    if args.model_command == "train":
+        if not 1 <= args.faults <= 10_000:
+            raise UsageError(f"{args.prog} train: argument --faults: {args.faults} is not between 1 and 10000")
+        return model_commands.train(args, Progress("record", None, "messages"))
+    if args.telemetry and not args.labels:
+        raise UsageError(f"{args.prog} eval: argument --labels: needed with --telemetry")
+    if args.model:
+        from gpufleet.models.artifact import Model, ModelError
+        try:
+            Model.load(args.model)
+        except ModelError as err:
+            raise UsageError(f"{args.prog} eval: argument --model: {err}") from None
+    return model_commands.evaluate_command(args, Progress("record", None, "messages"))
 
 
 def build_parser() -> Parser:
@@ -451,8 +482,43 @@ def build_parser() -> Parser:
     s.add_argument("--web-port", type=int, help="port of /health and /metrics (setting worker.web_port, 6066)")
     s.add_argument("--data-dir", help="Faust data directory (setting worker.data_dir)")
     s.add_argument("--app-id", help="Faust app id, the consumer group (setting worker.app_id, gpufleet)")
+    s.add_argument("--model", help="detectors' model file (setting stream.model; default: the packaged model)")
     _store_options(s)
     s.set_defaults(fn=cmd_worker)
+
+    s = sub.add_parser("model", help="train and evaluate the anomaly detectors",
+                       description="Train the detectors (stragglers, IO starvation, memory leaks) on simulated "
+                                   "fleets with ground truth, or evaluate a model against labelled telemetry, side "
+                                   "by side with a threshold baseline and an isolation forest.")
+    msub = s.add_subparsers(dest="model_command", metavar="ACTION", parser_class=Parser)
+    msub.required = True
+    m = msub.add_parser("train", help="fit a model on simulated fleets and write it as JSON",
+                        description="Simulate labelled fleets (one per seed), record every window the detectors "
+                                    "evaluate, fit gradient-boosted trees per kind and tune their thresholds on "
+                                    "incidents. The packaged model: gpufleet model train --intervals 5,10")
+    _fleet_options(m, hours=12.0, start_default=DEFAULT_START, nodes=16, faults=12, seed=False)
+    m.set_defaults(seeds="101-104")
+    m.add_argument("--seeds", help="simulated fleets to train on, e.g. 1,2,5-8 (default 101-104)")
+    m.add_argument("--intervals", default="5",
+                   help="sampling intervals the seeds cycle through, e.g. 5,10 (default 5)")
+    m.add_argument("--max-false", type=float, default=0.3, help="false alerts per 1,000 GPU-hours allowed per kind "
+                                                                 "when tuning thresholds (default 0.3)")
+    m.add_argument("-o", "--out", default="model.json", help="model file to write (default model.json)")
+    m = msub.add_parser("eval", help="score a model against ground truth, with baselines, goals and a chart",
+                        description="Replay labelled telemetry (a file, or simulated fleets of the given seeds) "
+                                    "through the detectors and score their incidents: precision, recall, F1, "
+                                    "detection delay, false alerts per 1,000 GPU-hours, leak lead time; beside a "
+                                    "threshold baseline and an isolation forest on the same windows.")
+    _fleet_options(m, hours=24.0, start_default=DEFAULT_START, nodes=32, faults=35, seed=False)
+    m.set_defaults(seeds="9001")
+    m.add_argument("--model", help="model file (default: the packaged model)")
+    m.add_argument("--telemetry", metavar="FILE", help="telemetry JSONL to evaluate on (else simulated fleets)")
+    m.add_argument("--labels", metavar="FILE", help="its ground-truth labels (JSONL, as gpufleet simulate writes)")
+    m.add_argument("--seeds", help="simulated fleets to evaluate on when no --telemetry (default 9001)")
+    m.add_argument("--chart", metavar="PNG", help="draw a timeline of faults and incidents")
+    m.add_argument("--report", metavar="JSON", help="write the figures as JSON")
+    m.add_argument("--no-baselines", action="store_true", help="skip the baselines")
+    s.set_defaults(fn=cmd_model)
 
     s = sub.add_parser("topics", help="create the Kafka topics gpufleet uses (idempotent)",
                        description="Create the telemetry, dead-letter, alert and internal topics with their "
@@ -486,6 +552,7 @@ def build_parser() -> Parser:
     s.add_argument("--events", metavar="OUT", help="write every emitted event here, one JSON object a line")
     s.add_argument("--dead-letters", metavar="OUT", help="write every dead letter here, one JSON object a line")
     s.add_argument("--no-store", action="store_true", help="do not write to the store")
+    s.add_argument("--model", help="detectors' model file (setting stream.model; default: the packaged model)")
     _store_options(s)
     s.set_defaults(fn=cmd_replay)
 

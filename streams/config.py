@@ -17,3 +17,14 @@ class StreamConfig(BaseModel):
     raw_samples: bool = Field(True, description="store every GPU sample (with a TTL) besides the rollups")
     job_node_timeout_s: float = Field(600.0, gt=0, le=86400,
                                       description="job stage: a node this far behind the job's other nodes has left it")
+    model: str | None = Field(None, description="path of a trained model (gpufleet model train); default: the packaged one")
+    prices: dict[str, float] = Field(default_factory=dict,
+                                     description="price of one GPU-hour by pool or GPU model, for idle waste")
+    default_price_per_gpu_hour: float = Field(2.0, ge=0, le=10_000, description="price where prices has none")
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
+
+    def price_of(self, pool: str | None, model: str | None) -> float:
+        for key in (pool, model):
+            if key is not None and key in self.prices:
+                return self.prices[key]
+        return self.default_price_per_gpu_hour

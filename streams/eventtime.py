@@ -19,7 +19,7 @@ from collections import deque
 
 from gpufleet.collectors.telemetry import Telemetry
 
-ACCEPTED, DUPLICATE, LATE = "accepted", "duplicate", "late"
+ACCEPTED, DUPLICATE, LATE, REPLAYED = "accepted", "duplicate", "late", "replayed"
 
 
 class Gate:

@@ -10,6 +10,8 @@ when the run ends. Samples arrive here in ts order (see eventtime.py).
 """
 from __future__ import annotations
 
+from decimal import Decimal
+
 from gpufleet.collectors.telemetry import Telemetry
 
 from .config import StreamConfig
@@ -21,11 +23,14 @@ IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "nod
 
 
 class Run:
-    __slots__ = ("start", "last", "interval", "tenant", "job", "index", "pool", "samples", "max_util", "detected")
+    __slots__ = ("start", "last", "interval", "tenant", "job", "index", "pool", "samples", "max_util", "detected",
+                 "price")
 
-    def __init__(self, ts: float, interval: float, tenant: str, job: str | None, index: int, pool: str | None):
+    def __init__(self, ts: float, interval: float, tenant: str, job: str | None, index: int, pool: str | None,
+                 price: float = 0.0):
         self.start = self.last = ts
         self.interval, self.tenant, self.job, self.index, self.pool = interval, tenant, job, index, pool
+        self.price = price
         self.samples, self.max_util = 0, 0.0
         self.detected: float | None = None   # ts of the sample that completed the window
 
@@ -46,6 +51,15 @@ class Run:
     @property
     def duration(self) -> float:
         return self.last + self.interval - self.start
+
+
+def _money(amount: float | Decimal) -> str:
+    """Money as a decimal string with 6 decimals, never a float."""
+    return str(Decimal(str(amount)).quantize(Decimal("0.000001")))
+
+
+def _cost(run: Run) -> str:
+    return _money(Decimal(str(run.price)) * Decimal(str(round(run.duration, 3))) / Decimal(3600))
 
 
 def _label(node: str, run: Run) -> str:
@@ -84,7 +98,8 @@ class IdleTracker:
             if not idle:
                 continue
             if run is None:
-                run = runs[g.uuid] = Run(ts, interval, tenant, g.job, g.index, msg.pool)
+                run = runs[g.uuid] = Run(ts, interval, tenant, g.job, g.index, msg.pool,
+                                         cfg.price_of(msg.pool, g.model))
             run.last, run.interval = ts, interval
             run.samples += 1
             if util > run.max_util:
@@ -96,12 +111,13 @@ class IdleTracker:
                     job=run.job, tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=ts,
                     resolved_at=None, score=run.duration / cfg.idle_window_s,
                     summary=f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
-                            f"{threshold:g}% in all {run.samples} samples",
+                            f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {cfg.currency} wasted so far",
                     evidence=self._evidence(run, cfg)))
 
     def _evidence(self, run: Run, cfg: StreamConfig) -> dict:
         return {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
-                "threshold_pct": cfg.idle_threshold_pct, "window_s": cfg.idle_window_s}
+                "threshold_pct": cfg.idle_threshold_pct, "window_s": cfg.idle_window_s,
+                "cost_so_far": _cost(run), "price_per_gpu_hour": _money(run.price), "currency": cfg.currency}
 
     def _end(self, node: str, uuid: str, run: Run, reason: str, util, out: Output, open_: bool = False) -> None:
         if run.detected is None:
@@ -116,7 +132,7 @@ class IdleTracker:
             tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=run.detected, resolved_at=run.end,
             score=0.0, summary=f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
             evidence={"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
-                      "end_reason": reason}))
+                      "end_reason": reason, "cost": _cost(run), "price_per_gpu_hour": _money(run.price)}))
 
     def flush(self, node: str, out: Output) -> None:
         """End of input: record idle windows still open, without resolving their alerts."""

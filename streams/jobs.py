@@ -14,6 +14,7 @@ A node seen for the first time after the job's watermark passed its samples
 """
 from __future__ import annotations
 
+from .detect import Detection, JobDetector
 from .output import Output, Table
 
 JOB_ROLLUP = Table("job_rollup_1m", (
@@ -36,7 +37,7 @@ def job_samples(msg, out: Output, known: set[str]) -> set[str]:
             tenants[g.job] = g.tenant
     for job, gpus in by_job.items():
         out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "tenant": tenants[job],
-                                "pool": msg.pool, "gpus": gpus})
+                                "pool": msg.pool, "interval": msg.interval_s, "gpus": gpus})
     for job in known.difference(by_job):
         out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "leave": True})
     return set(by_job)
@@ -96,7 +97,8 @@ class JobMinute:
 class JobProcessor:
     """One job's state: its nodes' progress, samples waiting for the watermark, the open minute."""
 
-    __slots__ = ("job", "nodes", "released", "pending", "frontier", "minute", "acc", "tenant", "pool")
+    __slots__ = ("job", "nodes", "released", "pending", "frontier", "minute", "acc", "tenant", "pool", "detect",
+                 "heard")
 
     def __init__(self, job: str):
         self.job = job
@@ -107,8 +109,13 @@ class JobProcessor:
         self.minute: int | None = None
         self.acc = JobMinute()
         self.tenant = self.pool = None
+        self.detect = JobDetector()
+        self.heard: dict[str, float] = {}        # live mode: node -> wall time of its latest sample
 
-    def push(self, sample: dict, out: Output, ref=None, node_timeout_s: float = 600.0) -> None:
+    def push(self, sample: dict, out: Output, ref=None, node_timeout_s: float = 600.0,
+             detection: Detection | None = None, now: float | None = None) -> None:
+        """Admit one job sample. ``now`` (live mode) is the wall clock: a node is then taken as gone only
+        once it is also silent for ``node_timeout_s`` of real time, not merely read behind the others."""
         node, ts = sample["node"], sample["ts"]
         if sample.get("leave"):
             self.nodes.pop(node, None)
@@ -123,17 +130,22 @@ class JobProcessor:
                 out.counts["job_late"] += 1
             self.nodes[node] = ts
             self.pending.append([ts, node, sample, [ref]])
+            if now is not None:
+                self.heard[node] = now
             # a node that stopped reporting (it died) must not hold the job back for ever
             for other, last in list(self.nodes.items()):
-                if ts - last > node_timeout_s:
+                silent = now is None or now - self.heard.setdefault(other, now) > node_timeout_s
+                if ts - last > node_timeout_s and silent:
                     del self.nodes[other]
                     self.released.pop(other, None)
+                    self.heard.pop(other, None)
                     out.counts["job_node_timeout"] += 1
-        self._release(min(self.nodes.values()) if self.nodes else float("inf"), out)
+        self._release(min(self.nodes.values()) if self.nodes else float("inf"), out, detection)
         if not self.nodes:
             self.close(out)                      # gone from every node: the job's last minute is complete
+            self.detect.end(ts, out)
 
-    def _release(self, watermark: float, out: Output) -> None:
+    def _release(self, watermark: float, out: Output, detection: Detection | None = None) -> None:
         if not self.pending:
             return
         ready = [p for p in self.pending if p[0] <= watermark]
@@ -142,12 +154,12 @@ class JobProcessor:
         self.pending = [p for p in self.pending if p[0] > watermark]
         ready.sort(key=lambda p: (p[0], p[1]))
         for ts, node, sample, refs in ready:
-            self._process(ts, node, sample, out)
+            self._process(ts, node, sample, out, detection)
             self.released[node] = ts
             out.done.extend(refs)
         self.frontier = max(self.frontier, ready[-1][0])
 
-    def _process(self, ts: float, node: str, sample: dict, out: Output) -> None:
+    def _process(self, ts: float, node: str, sample: dict, out: Output, detection: Detection | None) -> None:
         minute = int(ts // 60) * 60
         if self.minute is not None and minute > self.minute:
             self.close(out)
@@ -155,6 +167,9 @@ class JobProcessor:
             self.minute = minute
         self.tenant, self.pool = sample["tenant"], sample["pool"]
         self.acc.add(node, ts, sample["gpus"])
+        if detection is not None:
+            self.detect.add(self.job, ts, node, sample["gpus"], sample.get("interval"), self.tenant, self.pool,
+                            detection.model, out, detection.recorder)
 
     def close(self, out: Output) -> None:
         """Emit the open minute's job rollup."""
@@ -162,9 +177,9 @@ class JobProcessor:
             out.row(JOB_ROLLUP, self.acc.row(self.minute, self.job, self.tenant, self.pool))
         self.minute, self.acc = None, JobMinute()
 
-    def flush(self, out: Output) -> None:
+    def flush(self, out: Output, detection: Detection | None = None) -> None:
         """End of input: release what waits and close the minute."""
-        self._release(float("inf"), out)
+        self._release(float("inf"), out, detection)
         self.close(out)
 
     @property
@@ -177,12 +192,13 @@ class JobProcessor:
         so each node's progress is saved as of what was released."""
         frontier = self.frontier if self.frontier != float("-inf") else None
         nodes = {n: self.released[n] for n in self.nodes if n in self.released}
-        return [nodes, frontier, self.minute, self.acc.to_state(), self.tenant, self.pool]
+        return [nodes, frontier, self.minute, self.acc.to_state(), self.tenant, self.pool, self.detect.to_state()]
 
     @classmethod
     def from_state(cls, job: str, state: list) -> JobProcessor:
         p = cls(job)
-        p.nodes, frontier, p.minute, acc, p.tenant, p.pool = state
+        p.nodes, frontier, p.minute, acc, p.tenant, p.pool, detect = state
+        p.detect = JobDetector.from_state(detect)
         p.released = dict(p.nodes)
         p.frontier = float("-inf") if frontier is None else frontier
         p.acc = JobMinute.from_state(acc)

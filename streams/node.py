@@ -4,18 +4,19 @@ from __future__ import annotations
 from gpufleet.collectors.telemetry import Telemetry
 
 from .config import StreamConfig
-from .eventtime import DUPLICATE, LATE, Gate
+from .detect import Detection, NodeDetectors
+from .eventtime import ACCEPTED, DUPLICATE, LATE, REPLAYED, Gate
 from .idle import IdleTracker
 from .jobs import job_samples
 from .output import Output
 from .rollups import MinuteRollups
 from .samples import sample_rows
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 class NodeProcessor:
-    __slots__ = ("name", "gate", "rollups", "idle", "jobs")
+    __slots__ = ("name", "gate", "rollups", "idle", "jobs", "detect", "position")
 
     def __init__(self, name: str):
         self.name = name
@@ -23,33 +24,47 @@ class NodeProcessor:
         self.rollups = MinuteRollups()
         self.idle = IdleTracker()
         self.jobs: set[str] = set()          # jobs on this node in its latest sample
+        self.detect = NodeDetectors()
+        self.position: list | None = None    # [partition, offset] of the newest input admitted
 
-    def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None) -> str:
+    def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None,
+             detection: Detection | None = None, position: tuple[int, int] | None = None) -> str:
         """Admit one message (any order within the lateness); process what the watermark releases.
 
         ``ref`` (the input it came in) is put in ``out.done`` once the message is processed, or at
-        once when it is a duplicate or late.
+        once when it is a duplicate, late or replayed. ``position`` (partition, offset) tells a
+        message delivered again after a restart, already reflected in the saved state, from one
+        truly late: the first is REPLAYED, the second is LATE.
         """
         status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref)
-        if status in (DUPLICATE, LATE):
+        if position is not None:
+            seen = self.position
+            if status in (DUPLICATE, LATE) and seen is not None and seen[0] == position[0] \
+                    and position[1] <= seen[1]:
+                status = REPLAYED
+            elif seen is None or seen[0] != position[0] or position[1] > seen[1]:
+                self.position = list(position)
+        if status != ACCEPTED:
             out.done.append(ref)
         for m, refs in ready:
-            self._process(m, cfg, out)
+            self._process(m, cfg, out, detection)
             out.done.extend(refs)
         return status
 
-    def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output) -> None:
+    def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None) -> None:
         out.counts["gpu_samples"] += len(msg.gpus)
         if cfg.raw_samples:
             sample_rows(msg, out)
         self.rollups.add(msg, out)
         self.idle.add(msg, cfg, out)
+        if detection is not None:
+            self.detect.add(msg, detection.model, out, {g.job: g.tenant for g in msg.gpus}, detection.recorder)
         self.jobs = job_samples(msg, out, self.jobs)
 
-    def flush(self, cfg: StreamConfig, out: Output) -> None:
+    def flush(self, cfg: StreamConfig, out: Output, detection: Detection | None = None) -> None:
         """End of input: process what is waiting and close every open window."""
         for m, refs in self.gate.drain():
-            self._process(m, cfg, out)
+            self._process(m, cfg, out, detection)
             out.done.extend(refs)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
@@ -57,7 +72,7 @@ class NodeProcessor:
     def to_state(self) -> dict:
         """Everything but the messages still waiting for the watermark (see eventtime.py)."""
         return {"v": STATE_VERSION, "gate": self.gate.to_state(), "rollups": self.rollups.to_state(),
-                "idle": self.idle.to_state(), "jobs": sorted(self.jobs)}
+                "idle": self.idle.to_state(), "jobs": sorted(self.jobs), "detect": self.detect.to_state(), "position": self.position}
 
     @classmethod
     def from_state(cls, name: str, state: dict) -> NodeProcessor:
@@ -69,4 +84,6 @@ class NodeProcessor:
         p.rollups = MinuteRollups.from_state(state["rollups"])
         p.idle = IdleTracker.from_state(state["idle"])
         p.jobs = set(state["jobs"])
+        p.detect = NodeDetectors.from_state(state["detect"])
+        p.position = state["position"]
         return p

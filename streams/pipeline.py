@@ -12,8 +12,11 @@ from collections.abc import Callable
 
 from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, parse
 
+from gpufleet.models.artifact import Model
+
 from .config import StreamConfig
-from .eventtime import DUPLICATE, LATE
+from .detect import Detection, Recorder
+from .eventtime import DUPLICATE, LATE, REPLAYED
 from .jobs import JobProcessor
 from .node import NodeProcessor
 from .output import Output
@@ -23,8 +26,10 @@ class Pipeline:
     def __init__(self, cfg: StreamConfig | None = None, *, live: bool = False,
                  clock: Callable[[], float] = time.time, route_jobs: bool = True,
                  load_node: Callable[[str], NodeProcessor | None] | None = None,
-                 load_job: Callable[[str], JobProcessor | None] | None = None):
+                 load_job: Callable[[str], JobProcessor | None] | None = None,
+                 model: Model | None = None, detect: bool = True, recorder: Recorder | None = None):
         self.cfg = cfg or StreamConfig()
+        self.detection = Detection(model or Model.default(), recorder) if detect else None
         self.live = live
         self.route_jobs = route_jobs
         self.load_node = load_node or (lambda name: None)     # saved state, in the distributed mode
@@ -34,8 +39,12 @@ class Pipeline:
         self.jobs: dict[str, JobProcessor] = {}
         self.out = Output()
 
-    def submit(self, payload: str | bytes | dict, source: str, ref=None) -> Telemetry | None:
-        """Validate and process one message; returns it, or None if it was dead-lettered."""
+    def submit(self, payload: str | bytes | dict, source: str, ref=None,
+               position: tuple[int, int] | None = None) -> Telemetry | None:
+        """Validate and process one message; returns it, or None if it was dead-lettered.
+
+        ``position`` is where it was read (partition, offset), when the input is a log.
+        """
         out = self.out
         out.counts["messages"] += 1
         try:
@@ -48,7 +57,7 @@ class Pipeline:
                 out.counts[f"clock_skew:{msg.node}"] += 1      # per node: the operator's clue
             out.done.append(ref)
             return None
-        return self.push(msg, source, payload, ref)
+        return self.push(msg, source, payload, ref, position)
 
     def node(self, name: str) -> NodeProcessor:
         node = self.nodes.get(name)
@@ -62,14 +71,17 @@ class Pipeline:
             job = self.jobs[name] = self.load_job(name) or JobProcessor(name)
         return job
 
-    def push(self, msg: Telemetry, source: str = "", payload=None, ref=None) -> Telemetry | None:
+    def push(self, msg: Telemetry, source: str = "", payload=None, ref=None,
+             position: tuple[int, int] | None = None) -> Telemetry | None:
         """Process one already validated message."""
         node = self.node(msg.node)
-        status = node.push(msg, self.cfg, self.out, ref)
+        status = node.push(msg, self.cfg, self.out, ref, self.detection, position)
         if self.route_jobs:
             self.route()
         if status == DUPLICATE:
             self.out.counts["duplicates"] += 1
+        elif status == REPLAYED:
+            self.out.counts["replayed"] += 1
         elif status == LATE:
             behind = node.gate.watermark(self.cfg.lateness_s) - msg.ts
             self.out.dead_letter(
@@ -83,14 +95,15 @@ class Pipeline:
         """The in-process bus to the job stage (the distributed mode sends job samples through Kafka)."""
         samples, self.out.job_samples = self.out.job_samples, []
         for sample in samples:
-            self.job(sample["job"]).push(sample, self.out, node_timeout_s=self.cfg.job_node_timeout_s)
+            self.job(sample["job"]).push(sample, self.out, node_timeout_s=self.cfg.job_node_timeout_s,
+                                         detection=self.detection)
 
     def flush(self) -> None:
         """End of input: every open window is closed and emitted."""
         for node in self.nodes.values():
-            node.flush(self.cfg, self.out)
+            node.flush(self.cfg, self.out, self.detection)
         if self.route_jobs:
             self.route()
             for job in self.jobs.values():
-                job.flush(self.out)
+                job.flush(self.out, self.detection)
 

@@ -6,6 +6,7 @@ the ground-truth labels are known before a single sample is drawn.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
 
 from .fleet import GIB, TENANTS, Node
@@ -111,6 +112,7 @@ class Planner:
         self.interval_s, self.idle_window_s, self.rng = interval_s, idle_window_s, rng
         self.allocations: list[Allocation] = []
         self.faults: list[Fault] = []
+        self.spells: list[Fault] = []         # throttling that slows no one behind: not a fault
         self._jobs = 0
         self._pid = 1000
         self._busy: dict[tuple[int, int], list[tuple[float, float]]] = {}
@@ -152,7 +154,8 @@ class Planner:
             if t >= end:
                 break
             steps.append((t, rng.uniform(0.2, 2.0) * GIB))
-        base = min(frac * mem_total, 0.9 * mem_total - sum(s for _, s in steps))
+        # a caching allocator may reserve nearly all of the memory and hold it: above 90% is no fault
+        base = min(frac * mem_total, 0.97 * mem_total - sum(s for _, s in steps))
         return Proc(self._pid, max(base, 0.05 * mem_total), warmup_s, steps)
 
     def _add(self, alloc: Allocation, frac: tuple[float, float], warmup: tuple[float, float]) -> None:
@@ -179,7 +182,7 @@ class Planner:
             )
             n_hiccups = int(rng.expovariate(1.0) * 4 * (end - t) / HOUR)
             job.hiccups = sorted((rng.uniform(t, end), rng.choice(cluster)) for _ in range(n_hiccups))
-            self._add(job, (0.55, 0.8), (2 * MIN, 10 * MIN))
+            self._add(job, (0.55, 0.97), (2 * MIN, 10 * MIN))
             t = end
             gap = rng.uniform(5 * MIN, 60 * MIN)
             if rng.random() < 0.4 and t + gap < self.end:   # the tenant keeps the nodes, unused
@@ -198,7 +201,7 @@ class Planner:
                 end = min(t + rng.uniform(2 * HOUR, 12 * HOUR), self.end)
                 alloc = Allocation("inference", rng.choice(TENANTS), self._job("infer"), t, end, members,
                                    level=rng.uniform(0.6, 0.95), tide_peak_h=rng.uniform(13, 17))
-                self._add(alloc, (0.5, 0.85), (1 * MIN, 4 * MIN))
+                self._add(alloc, (0.5, 0.95), (1 * MIN, 4 * MIN))
             elif r < 0.35 + 0.3 * (0.5 + tide):
                 end = min(t + rng.uniform(0.5 * HOUR, 4 * HOUR), self.end)
                 alloc = Allocation("notebook", rng.choice(TENANTS), self._job("nb"), t, end, members[:1])
@@ -277,6 +280,25 @@ class Planner:
                 tries += 1
                 placed += bool(getattr(self, f"_place_{kind}")(rng))
         self.idle_labels_from_bursts()
+        self._place_spells(random.Random(rng.random()), per_kind)
+
+    def _place_spells(self, rng, count: int) -> None:
+        """Hot rows and facility power events: every GPU of a training job or an inference service
+        throttled alike, with the throttle bits a straggler shows but no GPU behind its peers."""
+        allocs = [a for a in self.allocations if a.kind in ("inference", "training")]
+        for _ in range(count * 3 if allocs else 0):
+            alloc = rng.choice(allocs)
+            dur = rng.uniform(10 * MIN, 60 * MIN)
+            if alloc.end - alloc.start < dur + 10 * MIN:
+                continue
+            start = rng.uniform(alloc.start + 5 * MIN, alloc.end - dur)
+            if not self._free(alloc.members, start, start + dur):
+                continue
+            self.spells.append(Fault("throttled", start, start + dur, alloc, list(alloc.members), "job", {
+                "cause": rng.choice(("thermal", "power_brake", "hw_slowdown")),
+                "slowdown": rng.uniform(0.10, 0.40)}))
+            if len(self.spells) >= count:
+                break
 
     def _candidates(self, kinds: tuple[str, ...], min_gpus: int = 1) -> list[Allocation]:
         return [a for a in self.allocations if a.kind in kinds and len(a.members) >= min_gpus]
@@ -295,7 +317,7 @@ class Planner:
             cause = "hw_slowdown"
         else:
             members, level = [rng.choice(job.members)], "gpu"
-            cause = rng.choice(("thermal", "thermal", "power_cap", "power_brake"))
+            cause = rng.choice(("thermal", "thermal", "power_cap", "power_brake", "host_slow"))
         if not self._free(job.members, *win):
             return False
         intermittent = rng.random() < 0.3
@@ -346,5 +368,6 @@ class Planner:
         rate = (total - 0.3 * GIB - held) / to_oom
         self.faults.append(Fault("memory_leak", onset, oom, alloc, [member], "gpu", {
             "rate_bytes_per_s": rate, "oom_at": round(oom, 3), "restart_s": rng.uniform(30, 120),
+            "stair_s": rng.choice((0.0, 0.0, rng.uniform(30, 180))),     # smooth, or in steps
         }))
         return True

@@ -11,7 +11,7 @@ from .plan import (HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THE
 
 RESERVED = 0.006      # share of GPU memory the driver holds, as NVML reports it
 CAUSE_BITS = {"thermal": SW_THERMAL | HW_THERMAL, "power_cap": SW_POWER_CAP,
-              "power_brake": HW_POWER_BRAKE, "hw_slowdown": HW_SLOWDOWN}
+              "power_brake": HW_POWER_BRAKE, "hw_slowdown": HW_SLOWDOWN, "host_slow": 0}
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -57,6 +57,9 @@ class Sampler:
                 self.peer_faults.setdefault(id(f.alloc), []).append(f)
             if f.kind == "io_starvation":
                 self.node_io.setdefault(f.members[0][0], []).append(f)
+        self.spells: dict[int, list[Fault]] = {}
+        for f in getattr(plan, "spells", ()):
+            self.spells.setdefault(id(f.alloc), []).append(f)
         self.seq = [0] * len(self.fleet)
 
     # -- one GPU -----------------------------------------------------------
@@ -70,6 +73,7 @@ class Sampler:
 
     def gpu(self, n: int, g: int, t: float, dt: float) -> tuple[dict, float, float]:
         """One GPU's fields at ``t``; also its host CPU load and disk reads."""
+        self._writing = False
         rng, node = self.rng, self.fleet[n]
         model = node.model
         alloc = self.cursors[(n, g)].at(t) if (n, g) in self.cursors else None
@@ -93,7 +97,11 @@ class Sampler:
             leak = self._last_leak(n, g, t)
             if leak is not None and leak.alloc is alloc:
                 if t < leak.end:
-                    leak_bytes = leak.params["rate_bytes_per_s"] * (t - leak.start)
+                    grown = t - leak.start
+                    stair = leak.params.get("stair_s") or 0.0
+                    if stair:                # some leaks grow in steps, each allocation kept
+                        grown = (grown // stair) * stair
+                    leak_bytes = leak.params["rate_bytes_per_s"] * grown
                 elif t < leak.end + leak.params["restart_s"]:
                     alive = False            # killed by the out-of-memory, restarting
                 else:
@@ -102,7 +110,8 @@ class Sampler:
                 age = t - alloc.start
                 warm = _clip(age / proc.warmup_s, 0.0, 1.0) if proc.warmup_s > 0 else 1.0
                 held = proc.base_bytes * (0.15 + 0.85 * warm) + sum(s for at, s in proc.steps if at <= t)
-                pmem = min(held + leak_bytes, total * (1 - RESERVED) - 1)
+                jitter = rng.gauss(0, 0.0004 * total)       # the allocator breathes a little
+                pmem = _clip(held + leak_bytes + jitter, 0.0, total * (1 - RESERVED) - 1)
                 mem_used += pmem
                 out["processes"] = [{"pid": pid, "mem_used_bytes": round(pmem)}]
             util, mem_util, clock_frac, power_frac, cpu, disk, pcie_rx, pcie_tx = self._workload(
@@ -110,8 +119,13 @@ class Sampler:
             for f in faults:
                 if f.kind == "straggler" and util > 50 and self._straggling(f, t):
                     s = f.params["slowdown"]
-                    clock_frac *= 1 - s
                     throttle |= CAUSE_BITS[f.params["cause"]]
+                    if f.params["cause"] == "host_slow":
+                        # its host feeds it slowly: clocks are fine, it computes less of the time
+                        util *= 1 - s
+                        power_frac = (power_frac or 0.8) * (1 - 0.6 * s)
+                        continue
+                    clock_frac *= 1 - s
                     if f.params["cause"] == "thermal":
                         temp_extra = 18 + 10 * s
                     elif f.params["cause"] == "power_brake":
@@ -127,6 +141,13 @@ class Sampler:
                     s = f.params["slowdown"]
                     power_frac = (power_frac or 0.8) * (1 - 0.35 * s)
                     util = _clip(util - 8 * s * rng.random(), 0, 100)
+            for f in self.spells.get(id(alloc), ()):
+                if f.start <= t < f.end:
+                    # the whole job or service throttled alike: slower, but no GPU waits for another
+                    throttle |= CAUSE_BITS[f.params["cause"]]
+                    clock_frac *= 1 - f.params["slowdown"]
+                    if f.params["cause"] == "thermal":
+                        temp_extra = 15 + 10 * f.params["slowdown"]
             if util > 50 and throttle == 0 and rng.random() < 0.01:
                 throttle = SW_POWER_CAP      # healthy GPUs brush the power cap now and then
         if power_frac is None:
@@ -160,6 +181,7 @@ class Sampler:
         if a.kind == "training":
             warm = _clip(age / 300.0, 0.05, 1.0)
             if a.checkpoint_every_s and age % a.checkpoint_every_s < a.checkpoint_len_s and age > a.checkpoint_len_s:
+                self._writing = True         # the checkpoint is written to disk: iowait, but few reads
                 return rng.uniform(0, 4), rng.uniform(0, 3), rng.uniform(0.3, 0.9), 0.08, 8.0, \
                     rng.uniform(1e6, 2e7), rng.uniform(0, 5e6), rng.uniform(1e8, 5e8)
             if a.eval_every_s and age % a.eval_every_s < a.eval_len_s and age > a.eval_len_s:
@@ -210,12 +232,14 @@ class Sampler:
                 node = self.fleet[n]
                 t = round(base + node.phase_s + rng.uniform(0, 0.02), 3)
                 gpus, cpu, disk = [], 2.0, rng.uniform(1e6, 2e7)
+                writing = False
                 for g in range(len(node.uuids)):
                     s, c, d = self.gpu(n, g, t, dt)
                     gpus.append(s)
                     cpu += c / len(node.uuids)
                     disk += d
-                iowait = rng.uniform(0.2, 2.0)
+                    writing = writing or self._writing
+                iowait = rng.uniform(0.2, 2.0) + (rng.uniform(5, 25) if writing else 0.0)
                 net = rng.uniform(1e6, 1e7)
                 for f in self.node_io.get(n, ()):
                     if f.start <= t < f.end:

@@ -1,0 +1,139 @@
+"""``gpufleet model train`` and ``gpufleet model eval``."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.models import baselines, evaluate
+from gpufleet.models.artifact import Model
+from gpufleet.models.train import Recording, incidents, record, train_on_simulations
+from gpufleet.summary import table
+
+GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.95, "false_per_1000h": 1.0, "delay_p50_s": 120.0,
+         "leak_early_share": 0.9, "margin_over_baselines": 0.1}
+
+
+def _seeds(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return out
+
+
+def train(args, progress) -> int:
+    intervals = [float(v) for v in args.intervals.split(",")]
+    specs = [FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours, seed=s,
+                       faults_per_kind=args.faults, interval_s=intervals[i % len(intervals)])
+             for i, s in enumerate(_seeds(args.seeds))]
+    model = train_on_simulations(specs, args.max_false, progress=lambda text: print(text, file=sys.stderr))
+    model.save(args.out)
+    m = model.metadata
+    print(f"trained on {len(specs)} simulated fleets ({m['gpu_hours']:,} GPU-hours, "
+          + ", ".join(f"{v} {k}" for k, v in m["faults"].items()) + f") in {m['trained_in_s']} s")
+    rows = [(k, v["windows"], v["faulty_windows"], v["threshold"], v["persist_on"], v["f1"],
+             v["false_per_1000_gpu_h"], v["delay_p50_s"]) for k, v in m["training_metrics"].items()]
+    print(table(["kind", "windows", "faulty", "threshold", "windows_in_a_row", "train_F1", "false_per_1000h",
+                 "delay_p50_s"], rows))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _baseline_report(rec: Recording, kind_rule) -> evaluate.Report:
+    fired = []
+    for kind in evaluate.KINDS:
+        rows = rec.rows[kind]
+        if not rows:
+            continue
+        positive = kind_rule(kind, rows)
+        fired += incidents(kind, rows, positive, persist_on=2, persist_off=6)
+    return evaluate.score(rec.labels, fired, rec.gpu_hours)
+
+
+def _threshold(kind, rows):
+    rule = baselines.threshold(kind)
+    return [bool(rule(r[2])) for r in rows]
+
+
+def _forest(kind, rows):
+    return baselines.isolation_forest(kind, [r[2] for r in rows])([r[2] for r in rows])
+
+
+def evaluate_recording(rec: Recording, with_baselines: bool = True) -> dict:
+    reports = {"detectors": evaluate.score(rec.labels, rec.alerts, rec.gpu_hours)}
+    if with_baselines:
+        reports["threshold baseline"] = _baseline_report(rec, _threshold)
+        reports["isolation forest baseline"] = _baseline_report(rec, _forest)
+    return reports
+
+
+def goals(reports: dict) -> list[tuple[str, bool, str]]:
+    det = reports["detectors"]
+    out = []
+    for k in evaluate.KINDS:
+        kr = det.kinds[k]
+        out.append((f"{k}: at least {GOALS['faults_per_kind']} faults", kr.faults >= GOALS["faults_per_kind"],
+                    str(kr.faults)))
+    out.append((f"at least {GOALS['gpu_hours']:,} GPU-hours", det.gpu_hours >= GOALS["gpu_hours"],
+                f"{det.gpu_hours:,.0f}"))
+    for k in evaluate.KINDS:
+        out.append((f"{k}: F1 >= {GOALS['f1']}", det.kinds[k].f1 >= GOALS["f1"], f"{det.kinds[k].f1:.3f}"))
+    out.append((f"false alerts <= {GOALS['false_per_1000h']:g} per 1,000 GPU-hours",
+                det.false_per_1000h() <= GOALS["false_per_1000h"], f"{det.false_per_1000h():.2f}"))
+    for k in ("straggler", "io_starvation"):
+        d = det.kinds[k].delay(0.5)
+        out.append((f"{k}: median delay <= 2 min", d is not None and d <= GOALS["delay_p50_s"],
+                    "n/a" if d is None else f"{d / 60:.1f} min"))
+    share = det.kinds["memory_leak"].leak_early_share
+    out.append(("leaks of 30+ min: alert 10+ min before the OOM in >= 90%",
+                share is not None and share >= GOALS["leak_early_share"],
+                "n/a" if share is None else f"{share:.0%} of {det.kinds['memory_leak'].leak_long}"))
+    for name in ("threshold baseline", "isolation forest baseline"):
+        if name in reports:
+            for k in evaluate.KINDS:
+                a, b = det.kinds[k].f1, reports[name].kinds[k].f1
+                out.append((f"{k}: F1 at least 0.1 above the {name}", a >= b + GOALS["margin_over_baselines"],
+                            f"{a:.3f} vs {b:.3f}"))
+    return out
+
+
+def render(reports: dict) -> str:
+    parts = []
+    for name, rep in reports.items():
+        parts.append(f"{name} ({rep.gpu_hours:,.0f} GPU-hours; false alerts, all kinds: "
+                     f"{rep.false_per_1000h():.2f} per 1,000 GPU-hours)\n" + table(evaluate.Report.HEADERS, rep.rows()))
+    met = goals(reports)
+    parts.append("goals\n" + table(["goal", "met", "value"], [(g, "yes" if ok else "NO", v) for g, ok, v in met]))
+    return "\n\n".join(parts)
+
+
+def evaluate_command(args, progress) -> int:
+    model = Model.load(args.model) if args.model else Model.default()
+    started = time.monotonic()
+    rec = Recording()
+    if args.telemetry:
+        from gpufleet.streams.embedded import file_source
+        with open(args.labels, encoding="utf-8") as f:
+            labels = [json.loads(line) for line in f if line.strip()]
+        rec.extend(record((line for _, line in file_source(args.telemetry)), labels, model=model, progress=progress))
+    else:
+        for seed in _seeds(args.seeds):
+            sim = Simulation(FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
+                                       seed=seed, faults_per_kind=args.faults))
+            print(f"evaluating on simulated fleet seed {seed}", file=sys.stderr)
+            rec.extend(record(sim.messages(), sim.labels(), model=model, progress=progress))
+    reports = evaluate_recording(rec, with_baselines=not args.no_baselines)
+    print(render(reports))
+    print(f"\nevaluated in {time.monotonic() - started:.0f} s; model trained on "
+          f"{json.dumps(model.metadata.get('trained_on', {}))[:200]}")
+    if args.chart:
+        evaluate.chart(rec.labels, rec.alerts, args.chart)
+        print(f"chart: {args.chart}")
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump({name: r.to_dict() for name, r in reports.items()} |
+                      {"goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals(reports)]}, f, indent=1)
+        print(f"report: {args.report}")
+    return 0

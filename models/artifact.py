@@ -1,0 +1,106 @@
+"""A trained model: per kind, gradient-boosted trees over that detector's window features, and its thresholds.
+
+Saved as a versioned JSON document (weights, feature names, training metadata and
+metrics), so it can be read, diffed and loaded without running any code from it.
+Loading refuses an artifact made for another format or another feature set.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .features import FEATURE_VERSION, KINDS
+
+FORMAT = "gpufleet-model"
+FORMAT_VERSION = 2
+
+
+class ModelError(ValueError):
+    """An artifact that cannot be used, with what to do about it."""
+
+
+@dataclass
+class KindModel:
+    """Boosted regression trees on the log-odds scale (what scikit-learn's GradientBoostingClassifier fits),
+    kept as plain arrays: node ``i`` splits on feature ``f[i]`` at ``t[i]`` (left when ``x <= t``), or is a
+    leaf worth ``v[i]`` when ``l[i] == -1``."""
+
+    features: list[str]
+    init: float
+    learning_rate: float
+    trees: list[dict]
+    threshold: float = 0.5          # a window scoring at least this is positive
+    persist_on: int = 2             # positive windows in a row before an incident fires
+    persist_off: int = 6            # negative windows in a row before it resolves
+
+    def score(self, x: list[float]) -> float:
+        z = 0.0
+        for tree in self.trees:
+            f, t, left, right, v = tree["f"], tree["t"], tree["l"], tree["r"], tree["v"]
+            i = 0
+            while left[i] != -1:
+                i = left[i] if x[f[i]] <= t[i] else right[i]
+            z += v[i]
+        z = self.init + self.learning_rate * z
+        return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+
+
+@dataclass
+class Model:
+    kinds: dict[str, KindModel]
+    metadata: dict = field(default_factory=dict)
+
+    def score(self, kind: str, x: list[float]) -> float:
+        return self.kinds[kind].score(x)
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, "feature_version": FEATURE_VERSION,
+                "kinds": {k: asdict(m) for k, m in self.kinds.items()}, "metadata": self.metadata}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, doc: dict, where: str = "model") -> Model:
+        if doc.get("format") != FORMAT:
+            raise ModelError(f"{where} is not a gpufleet model (format {doc.get('format')!r})")
+        if doc.get("format_version") != FORMAT_VERSION or doc.get("feature_version") != FEATURE_VERSION:
+            raise ModelError(
+                f"{where} was made for model format {doc.get('format_version')} with feature set "
+                f"{doc.get('feature_version')}; this gpufleet reads format {FORMAT_VERSION} with feature set "
+                f"{FEATURE_VERSION}: train a new one with `gpufleet model train`")
+        kinds = {}
+        for kind, names in KINDS.items():
+            m = doc.get("kinds", {}).get(kind)
+            if m is None:
+                raise ModelError(f"{where} has no {kind} detector: train a new one with `gpufleet model train`")
+            if list(m["features"]) != list(names):
+                raise ModelError(f"{where}: the {kind} detector expects features {m['features']}, this gpufleet "
+                                 f"computes {list(names)}: train a new one with `gpufleet model train`")
+            kinds[kind] = KindModel(**m)
+        return cls(kinds, doc.get("metadata", {}))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Model:
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelError(f"model {path}: no such file") from None
+        except (OSError, ValueError) as err:
+            raise ModelError(f"model {path}: cannot be read ({err})") from None
+        return cls.from_dict(doc, f"model {path}")
+
+    @classmethod
+    def untrained(cls) -> Model:
+        """Scores everything 0.5 and never alerts: for recording window features before training."""
+        return cls({k: KindModel(list(names), 0.0, 0.1, [], threshold=2.0) for k, names in KINDS.items()},
+                   {"untrained": True})
+
+    @classmethod
+    def default(cls) -> Model:
+        """The model shipped with gpufleet (trained on simulated fleets; see its metadata)."""
+        text = resources.files(__package__).joinpath("default_model.json").read_text(encoding="utf-8")
+        return cls.from_dict(json.loads(text), "the packaged model")

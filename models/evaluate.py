@@ -1,0 +1,165 @@
+"""Scoring alerts against ground truth, and the baselines they are compared with.
+
+The rule: an *incident* is a firing event that opens a dedup key. It matches a
+labelled fault of the same kind when its ``detected_at`` falls between the
+fault's start and ten minutes after its end and it names the fault's GPU (for a
+node-level fault, any GPU of that node or the node; for IO starvation, the
+fault's job on that node). Precision counts matched incidents over all
+incidents; recall counts faults with at least one match; the delay runs from the
+fault's start (for idle, start plus the idle window) to the first match;
+incidents matching no fault are false alerts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("straggler", "io_starvation", "memory_leak", "idle")
+GRACE_S = 600.0
+
+
+@dataclass
+class KindReport:
+    kind: str
+    faults: int = 0
+    incidents: int = 0
+    matched_incidents: int = 0
+    detected_faults: int = 0
+    delays_s: list[float] = field(default_factory=list)
+    leak_leads_s: list[float] = field(default_factory=list)     # leaks of 30 min or more to the OOM
+    leak_long: int = 0
+
+    @property
+    def precision(self) -> float:
+        return self.matched_incidents / self.incidents if self.incidents else (1.0 if not self.faults else 0.0)
+
+    @property
+    def recall(self) -> float:
+        return self.detected_faults / self.faults if self.faults else 1.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def false_alerts(self) -> int:
+        return self.incidents - self.matched_incidents
+
+    def delay(self, q: float) -> float | None:
+        if not self.delays_s:
+            return None
+        d = sorted(self.delays_s)
+        return d[min(len(d) - 1, int(round(q * (len(d) - 1))))]
+
+    @property
+    def leak_early_share(self) -> float | None:
+        """Among leaks of 30 min or more, the share alerted at least 10 min before the out-of-memory."""
+        if not self.leak_long:
+            return None
+        return sum(1 for lead in self.leak_leads_s if lead >= 600) / self.leak_long
+
+
+@dataclass
+class Report:
+    kinds: dict[str, KindReport]
+    gpu_hours: float
+
+    def false_per_1000h(self, kind: str | None = None) -> float:
+        n = sum(k.false_alerts for k in self.kinds.values()) if kind is None else self.kinds[kind].false_alerts
+        return 1000.0 * n / self.gpu_hours if self.gpu_hours else 0.0
+
+    def rows(self) -> list[tuple]:
+        out = []
+        for k in self.kinds.values():
+            med, p95 = k.delay(0.5), k.delay(0.95)
+            out.append((k.kind, k.faults, k.incidents, round(k.precision, 3), round(k.recall, 3), round(k.f1, 3),
+                        None if med is None else round(med / 60, 1), None if p95 is None else round(p95 / 60, 1),
+                        round(self.false_per_1000h(k.kind), 2),
+                        None if k.leak_early_share is None else f"{k.leak_early_share:.0%} of {k.leak_long}"))
+        return out
+
+    HEADERS = ["kind", "faults", "incidents", "precision", "recall", "F1", "delay_p50_min", "delay_p95_min",
+               "false_per_1000_gpu_h", "leaks_alerted_10min_before_oom"]
+
+    def to_dict(self) -> dict:
+        return {"gpu_hours": round(self.gpu_hours, 1), "false_alerts_per_1000_gpu_hours": round(self.false_per_1000h(), 3),
+                "kinds": {r[0]: dict(zip(self.HEADERS[1:], r[1:])) for r in self.rows()}}
+
+
+def _matches(alert: dict, fault: dict) -> bool:
+    if alert["kind"] != fault["kind"]:
+        return False
+    t = alert["detected_at"]
+    if not fault["start"] <= t <= fault["end"] + GRACE_S:
+        return False
+    if fault["kind"] == "io_starvation":
+        return alert.get("node") == fault["node"] and alert.get("job") == fault["job"]
+    if fault["level"] == "node":
+        return alert.get("node") == fault["node"] and (alert.get("gpu_uuid") is None or
+                                                       alert["gpu_uuid"] in fault["gpus"])
+    return alert.get("gpu_uuid") is not None and alert["gpu_uuid"] in fault["gpus"]
+
+
+def score(labels: list[dict], alerts: list[dict], gpu_hours: float, idle_window_s: float = 600.0) -> Report:
+    """Score firing alerts (``gpufleet.alert.v1`` dicts) against ground-truth labels."""
+    kinds = {k: KindReport(k) for k in KINDS}
+    incidents = {}
+    for a in sorted(alerts, key=lambda a: a["detected_at"]):
+        if a.get("status") == "firing" and a["kind"] in kinds:
+            incidents.setdefault(a["id"], a)           # repeats of one incident (at-least-once) count once
+    by_kind: dict[str, list[dict]] = {k: [] for k in KINDS}
+    for a in incidents.values():
+        by_kind[a["kind"]].append(a)
+    for fault in labels:
+        if fault["kind"] in kinds:
+            kinds[fault["kind"]].faults += 1
+    for kind, report in kinds.items():
+        faults = [f for f in labels if f["kind"] == kind]
+        report.incidents = len(by_kind[kind])
+        report.matched_incidents = sum(1 for a in by_kind[kind] if any(_matches(a, f) for f in faults))
+        for f in faults:
+            hits = [a for a in by_kind[kind] if _matches(a, f)]
+            origin = f["start"] + (idle_window_s if kind == "idle" else 0.0)
+            long_leak = kind == "memory_leak" and f.get("oom_at") and f["oom_at"] - f["start"] >= 1800
+            report.leak_long += bool(long_leak)
+            if hits:
+                first = min(a["detected_at"] for a in hits)
+                report.detected_faults += 1
+                report.delays_s.append(max(0.0, first - origin))
+                if long_leak:
+                    report.leak_leads_s.append(f["oom_at"] - first)
+    return Report(kinds, gpu_hours)
+
+
+def chart(labels: list[dict], alerts: list[dict], path: str, title: str = "Faults and alerts",
+          max_rows: int = 60) -> None:
+    """A timeline: one row per faulty target, the fault as a bar, the detector's incidents as dots."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"straggler": "tab:red", "io_starvation": "tab:blue", "memory_leak": "tab:purple", "idle": "tab:gray"}
+    faults = sorted((f for f in labels if f["kind"] != "idle"), key=lambda f: f["start"])[:max_rows]
+    firing = [a for a in alerts if a.get("status") == "firing"]
+    t0 = min([f["start"] for f in faults] + [a["detected_at"] for a in firing] or [0.0])
+    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.28 * len(faults) + 1.5)))
+    for row, f in enumerate(faults):
+        ax.barh(row, (f["end"] - f["start"]) / 3600, left=(f["start"] - t0) / 3600, height=0.6,
+                color=colors[f["kind"]], alpha=0.35)
+        hits = [a for a in firing if _matches(a, f)]
+        ax.plot([(a["detected_at"] - t0) / 3600 for a in hits], [row] * len(hits), "o", color=colors[f["kind"]],
+                markersize=4)
+    unmatched = [a for a in firing if a["kind"] != "idle" and not any(_matches(a, f) for f in labels)]
+    ax.plot([(a["detected_at"] - t0) / 3600 for a in unmatched], [-1] * len(unmatched), "x", color="black",
+            markersize=6, label=f"false alerts ({len(unmatched)})")
+    ax.set_yticks(range(len(faults)))
+    ax.set_yticklabels([f"{f['kind'][:10]} {f['node']}" + (f" gpu {f['gpu_uuid'][4:12]}" if f.get("gpu_uuid") else "")
+                        for f in faults], fontsize=6)
+    ax.set_xlabel("hours since the first fault")
+    ax.set_title(title + " (bars: labelled faults; dots: incidents that match them)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c, alpha=0.5, label=k) for k, c in colors.items() if k != "idle"]
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], loc="upper right", fontsize=7)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

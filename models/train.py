@@ -1,0 +1,261 @@
+"""Training on simulated fleets with ground-truth labels.
+
+1. Run the stream processors over each fleet's telemetry with a recorder: every window every
+   detector evaluates is kept with its features and the target it names.
+2. Label each window from the ground truth: inside a fault of its kind on its target (once the
+   window lies wholly inside) is positive; outside every such fault is negative; the edges are left out.
+3. Fit, per kind, gradient-boosted trees (scikit-learn's GradientBoostingClassifier, shallow trees)
+   on the windows, the classes weighted equally, and keep the trees as plain arrays.
+4. Tune, per kind, the window threshold and how many positive windows in a row open an incident,
+   replaying the recorded windows through the incident logic and scoring the incidents the way
+   ``evaluate`` does: best F1, with at most ``max_false_per_1000h`` false alerts.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from . import evaluate
+from .artifact import KindModel, Model
+from .features import FEATURE_VERSION, KINDS
+
+log = logging.getLogger("gpufleet.model")
+
+EDGE_S = {"straggler": 90.0, "io_starvation": 90.0, "memory_leak": 300.0}
+PERSIST_OFF = {"straggler": 6, "io_starvation": 6, "memory_leak": 4}
+
+
+class Recording:
+    """Every window the detectors evaluated over some telemetry, with the alerts the stream raised."""
+
+    def __init__(self):
+        self.rows: dict[str, list[tuple]] = {k: [] for k in (*KINDS, "idle")}  # kind -> (key, ts, x, info)
+        self.alerts: list[dict] = []
+        self.labels: list[dict] = []
+        self.gpu_hours = 0.0
+
+    def record(self, kind: str, key: str, ts: float, x: list, info: dict) -> None:
+        self.rows[kind].append((key, ts, x, info))
+
+    def extend(self, other: Recording) -> None:
+        for k, rows in other.rows.items():
+            self.rows[k].extend(rows)
+        self.alerts += other.alerts
+        self.labels += other.labels
+        self.gpu_hours += other.gpu_hours
+
+
+def record(messages: Iterable, labels: list[dict], model: Model | None = None, cfg=None,
+           progress: Callable[[int], None] | None = None) -> Recording:
+    """Run the processors over messages (dicts, JSON lines or bytes) and keep every evaluated window."""
+    from gpufleet.streams.config import StreamConfig
+    from gpufleet.streams.pipeline import Pipeline
+
+    rec = Recording()
+    cfg = (cfg or StreamConfig()).model_copy(update={"raw_samples": False})
+    pipeline = Pipeline(cfg, model=model or Model.untrained(), recorder=rec.record)
+    samples = 0.0
+    for i, m in enumerate(messages):
+        msg = pipeline.submit(m, f"train:{i}")
+        if msg is not None:
+            samples += len(msg.gpus) * (msg.interval_s or cfg.default_interval_s)
+        if i % 2048 == 0:
+            rec.alerts += pipeline.out.events
+            pipeline.out.rows, pipeline.out.events, pipeline.out.dead, pipeline.out.done = {}, [], [], []
+            if progress is not None:
+                progress(i)
+    pipeline.flush()
+    rec.alerts += pipeline.out.events
+    rec.labels = list(labels)
+    rec.gpu_hours = samples / 3600
+    return rec
+
+
+def _fault_index(labels: list[dict], kind: str) -> dict[str, list[dict]]:
+    """Faults of a kind by the target names windows use."""
+    index: dict[str, list[dict]] = {}
+    for f in labels:
+        if f["kind"] != kind:
+            continue
+        if kind == "io_starvation":
+            index.setdefault(f"{f['node']}/{f['job']}", []).append(f)
+        else:
+            if f["level"] == "node":
+                index.setdefault(f["node"], []).append(f)
+            for uuid in f["gpus"]:
+                index.setdefault(uuid, []).append(f)
+    return index
+
+
+def label(kind: str, rows: list[tuple], labels: list[dict]) -> list[int | None]:
+    """1 inside a fault on the window's target, 0 well outside, None on the edges (left out)."""
+    index = _fault_index(labels, kind)
+    edge = EDGE_S[kind]
+    out = []
+    for key, ts, _x, _info in rows:
+        target = key.split(":", 1)[1]
+        y: int | None = 0
+        for f in index.get(target, ()):
+            if f["start"] + edge <= ts <= f["end"]:
+                y = 1
+                break
+            if f["start"] - edge <= ts <= f["end"] + edge:
+                y = None
+        out.append(y)
+    return out
+
+
+def export_trees(clf, x0) -> tuple[float, float, list[dict]]:
+    """The fitted ensemble as (initial log-odds, learning rate, trees as arrays), through public attributes."""
+    trees = []
+    for est in clf.estimators_[:, 0]:
+        t = est.tree_
+        trees.append({"f": [int(v) for v in t.feature], "t": [float(v) for v in t.threshold],
+                      "l": [int(v) for v in t.children_left], "r": [int(v) for v in t.children_right],
+                      "v": [float(v) for v in t.value[:, 0, 0]]})
+    lr = float(clf.learning_rate)
+    init = float(clf.decision_function(x0[:1])[0] - lr * sum(e.predict(x0[:1])[0] for e in clf.estimators_[:, 0]))
+    return init, lr, trees
+
+
+def fit(kind: str, rows: list[tuple], ys: list[int | None], max_negatives: int = 80_000,
+        seed: int = 0) -> KindModel:
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    keep = [i for i, y in enumerate(ys) if y is not None]
+    pos = [i for i in keep if ys[i] == 1]
+    neg = [i for i in keep if ys[i] == 0]
+    if not pos or not neg:
+        raise ValueError(f"{kind}: the training fleets need both faulty and healthy windows (got {len(pos)} faulty, "
+                         f"{len(neg)} healthy): simulate more hours or more faults")
+    rng = np.random.default_rng(seed)
+    if len(neg) > max_negatives:
+        neg = sorted(rng.choice(neg, max_negatives, replace=False).tolist())
+    idx = pos + neg
+    x = np.asarray([rows[i][2] for i in idx], dtype=float)
+    y = np.asarray([ys[i] for i in idx])
+    weight = np.where(y == 1, len(neg) / len(pos), 1.0)
+    clf = GradientBoostingClassifier(n_estimators=100, max_depth=3, learning_rate=0.1, subsample=0.8,
+                                     random_state=seed).fit(x, y, sample_weight=weight)
+    init, lr, trees = export_trees(clf, x)
+    km = KindModel(list(KINDS[kind]), init, lr, trees, persist_off=PERSIST_OFF[kind])
+    check = [km.score(list(v)) for v in x[:50]]
+    assert np.allclose(check, clf.predict_proba(x[:50])[:, 1], atol=1e-6), "exported trees disagree with the fit"
+    return km
+
+
+def incidents(kind: str, rows: list[tuple], positive: list[bool], persist_on: int, persist_off: int) -> list[dict]:
+    """Replay windows through the incident logic of the stream (streams/detect.py): firing alerts only."""
+    state: dict[str, list] = {}
+    fired = []
+    node_positive: dict[tuple, set] = {}
+    if kind == "straggler":      # a slow node's GPUs are covered by the node's own alert
+        for (key, ts, _x, info), p in zip(rows, positive):
+            if info.get("level") == "node" and p:
+                node_positive.setdefault((info["job"], ts), set()).add(info["node"])
+    for (key, ts, _x, info), p in zip(rows, positive):
+        if p and kind == "straggler" and info.get("level") == "gpu" and \
+                info["node"] in node_positive.get((info["job"], ts), ()):
+            p = False
+        st = state.get(key)
+        if p:
+            if st is None:
+                st = state[key] = [0, 0, ts, False]
+            st[0] += 1
+            st[1] = 0
+            if not st[3] and st[0] >= persist_on:
+                st[3] = True
+                fired.append({"kind": kind, "status": "firing", "id": f"{key}@{st[2]}", "detected_at": ts,
+                              "node": info.get("node"), "gpu_uuid": info.get("gpu_uuid"), "job": info.get("job")})
+        elif st is not None:
+            st[0] = 0
+            st[1] += 1
+            if not st[3] or st[1] >= persist_off:
+                del state[key]
+    return fired
+
+
+def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float) -> dict:
+    rows = rec.rows[kind]
+    scores = [km.score(r[2]) for r in rows]
+    best = None
+    for persist in (1, 2, 3, 4):
+        for thr in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99):
+            fired = incidents(kind, rows, [s >= thr for s in scores], persist, km.persist_off)
+            rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
+            false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0
+            delay = rep.delay(0.5) or 0.0
+            key = (false_rate <= max_false_per_1000h, round(rep.f1, 3), -delay)
+            if best is None or key > best[0]:
+                best = (key, thr, persist, rep.f1, false_rate, delay)
+    _, km.threshold, km.persist_on, f1, false_rate, delay = best
+    return {"threshold": km.threshold, "persist_on": km.persist_on, "f1": round(f1, 4),
+            "false_per_1000_gpu_h": round(false_rate, 3), "delay_p50_s": round(delay, 1)}
+
+
+def train(recordings: Recording, describe: dict, max_false_per_1000h: float = 0.3) -> Model:
+    """Fit and tune every detector on the recorded windows of labelled fleets."""
+    kinds, metrics = {}, {}
+    for kind in KINDS:
+        rows = recordings.rows[kind]
+        ys = label(kind, rows, recordings.labels)
+        km = fit(kind, rows, ys)
+        metrics[kind] = {"windows": sum(1 for y in ys if y is not None), "faulty_windows": sum(1 for y in ys if y),
+                         **tune(kind, recordings, km, max_false_per_1000h)}
+        kinds[kind] = km
+        log.info("%s: %s", kind, metrics[kind])
+    from gpufleet import __version__
+    meta = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpufleet": __version__,
+            "feature_version": FEATURE_VERSION, "trained_on": describe, "gpu_hours": round(recordings.gpu_hours, 1),
+            "faults": {k: sum(1 for f in recordings.labels if f["kind"] == k) for k in (*KINDS, "idle")},
+            "training_metrics": metrics, "trained_in_s": None}
+    return Model(kinds, meta)
+
+
+def record_simulation(spec) -> Recording:
+    """Every window of one simulated fleet (``spec``: a FleetSpec), with its labels."""
+    from gpufleet.collectors.simulator import Simulation
+    sim = Simulation(spec)
+    return record(sim.messages(), sim.labels())
+
+
+def record_simulations(specs: list, progress: Callable[[str], None] | None = None) -> Recording:
+    """The windows of several simulated fleets, recorded side by side on the machine's cores."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    total = Recording()
+    workers = max(1, min(len(specs), os.cpu_count() or 1))
+    if progress is not None:
+        for spec in specs:
+            progress(f"recording seed {spec.seed}: {spec.nodes} nodes x {spec.gpus_per_node} GPUs, "
+                     f"{spec.hours:g} h ({workers} at a time)")
+    if workers == 1:
+        recordings = map(record_simulation, specs)
+    else:
+        pool = ProcessPoolExecutor(workers)
+        recordings = pool.map(record_simulation, specs)
+    try:
+        for spec, rec in zip(specs, recordings):
+            total.extend(rec)
+            if progress is not None:
+                progress(f"recorded seed {spec.seed}")
+    finally:
+        if workers > 1:
+            pool.shutdown()
+    return total
+
+
+def train_on_simulations(specs: list, max_false_per_1000h: float = 0.3,
+                         progress: Callable[[str], None] | None = None) -> Model:
+    started = time.monotonic()
+    total = record_simulations(specs, progress)
+    describe = {"simulated": [{"seed": s.seed, "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "hours": s.hours,
+                               "interval_s": s.interval_s, "faults_per_kind": s.faults_per_kind} for s in specs]}
+    model = train(total, describe, max_false_per_1000h)
+    model.metadata["trained_in_s"] = round(time.monotonic() - started, 1)
+    return model

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+import zlib
 from collections.abc import Callable
 
 import faust
@@ -63,6 +64,23 @@ class KeyedTable(Table):
         return self.partition_of[key]
 
 
+JOB_SAMPLES_PER_MESSAGE = 500      # job samples travel in groups, one Kafka message per group
+
+
+def job_partition(job: str, partitions: int) -> int:
+    """The by-job partition of ``job``: stable across workers and restarts."""
+    return zlib.crc32(job.encode()) % partitions
+
+
+class Share:
+    """One part of a message that carries several job samples: the message is done when all are."""
+
+    __slots__ = ("event", "left")
+
+    def __init__(self, event, parts: int):
+        self.event, self.left = event, parts
+
+
 class Metrics:
     """The worker's Prometheus metrics, in a registry of its own."""
 
@@ -95,9 +113,10 @@ class Stage:
     """One stage's batch loop (see the module docstring), around processors kept live in memory."""
 
     def __init__(self, name: str, app: faust.App, table: KeyedTable, sink: Sink, metrics: Metrics,
-                 process: Callable, save: Callable, topics: dict, generation: Callable[[], int]):
+                 process: Callable, save: Callable, topics: dict, generation: Callable[[], int], partitions: int):
         self.name, self.app, self.table, self.sink, self.metrics = name, app, table, sink, metrics
         self.process, self.save, self.topics, self.generation = process, save, topics, generation
+        self.partitions = partitions
         self.out = Output()
         # Acknowledgements go out in offset order only: Faust commits past a message that is not
         # acknowledged when it is the only one at the committed offset (faust-streaming 0.15,
@@ -111,6 +130,11 @@ class Stage:
 
     async def _acknowledge(self, stream, done) -> None:
         for ev in done:
+            if isinstance(ev, Share):
+                ev.left -= 1
+                if ev.left:
+                    continue
+                ev = ev.event
             if ev is not None:
                 self.finished.setdefault(ev.message.tp, set()).add(ev.message.offset)
         for tp, waiting in self.received.items():
@@ -123,8 +147,14 @@ class Stage:
 
     async def batch(self, stream, events) -> None:
         generation = self.generation()
-        assigned = self.app.consumer.assignment()
-        events = [ev for ev in events if ev.message.tp in assigned]   # not from partitions given away
+        current = self.app.consumer_generation_id
+        fresh = [ev for ev in events if ev.message.generation_id == current]
+        if len(fresh) != len(events):
+            # Fetched before the latest rebalance and still in the batch buffer: the consumer was
+            # sought back to the committed offsets, so these come again, in order, after the ones
+            # before them. Taken now, they would move the watermark past messages not yet replayed.
+            self.metrics.counts.labels(self.name, "stale_skipped").inc(len(events) - len(fresh))
+            events = fresh
         for ev in events:
             self.received.setdefault(ev.message.tp, {})[ev.message.offset] = ev
         out = self.out
@@ -140,12 +170,17 @@ class Stage:
         finally:
             self.metrics.sink_failures.set(self.sink.failures)
         self.metrics.sink_seconds.observe(time.monotonic() - started)
-        sends = [(self.topics["alerts"], a["dedup_key"].encode(), a) for a in alerts]
-        sends += [(self.topics["dlq"], None, d) for d in dead]
-        sends += [(self.topics["by_job"], s["job"].encode(), s) for s in job_samples]
+        sends = [(self.topics["alerts"], a["dedup_key"].encode(), None, a) for a in alerts]
+        sends += [(self.topics["dlq"], None, None, d) for d in dead]
+        groups: dict[int, list] = {}                      # by-job partition -> its samples, in order
+        for sample in job_samples:
+            groups.setdefault(job_partition(sample["job"], self.partitions), []).append(sample)
+        for partition, samples in sorted(groups.items()):
+            for i in range(0, len(samples), JOB_SAMPLES_PER_MESSAGE):
+                sends.append((self.topics["by_job"], None, partition, samples[i:i + JOB_SAMPLES_PER_MESSAGE]))
         delivered = []
-        for topic, key, value in sends:                   # one at a time: a job's samples keep their order
-            delivered.append(await topic.send(key=key, value=json.dumps(value).encode()))
+        for topic, key, partition, value in sends:        # one at a time: a job's samples keep their order
+            delivered.append(await topic.send(key=key, partition=partition, value=json.dumps(value).encode()))
         for fut in delivered:
             await fut                                     # acknowledged by the broker
         if self.generation() != generation:
@@ -171,7 +206,7 @@ class Stage:
         self.metrics.last_batch.set(time.time())
 
 
-def make_app(settings, store) -> faust.App:
+def make_app(settings, store, model=None) -> faust.App:
     """The worker app for ``settings``, writing to ``store`` (nothing starts until it runs)."""
     cfg, w = settings.stream, settings.worker
     app = faust.App(
@@ -197,23 +232,31 @@ def make_app(settings, store) -> faust.App:
         raw = jobs.get(name.encode())
         return JobProcessor.from_state(name, json.loads(raw)) if raw else None
 
-    pipeline = Pipeline(cfg, live=True, route_jobs=False, load_node=load_node, load_job=load_job)
+    pipeline = Pipeline(cfg, live=True, route_jobs=False, load_node=load_node, load_job=load_job, model=model)
 
     def process_telemetry(events, out: Output) -> dict[bytes, int]:
         pipeline.out, touched = out, {}
         for ev in events:
             m = ev.message
-            msg = pipeline.submit(ev.value, f"{m.topic}/{m.partition}/{m.offset}", ref=ev)
+            msg = pipeline.submit(ev.value, f"{m.topic}/{m.partition}/{m.offset}", ref=ev,
+                                  position=(m.partition, m.offset))
             if msg is not None:
                 touched[msg.node.encode()] = m.partition
         return touched
 
     def process_job_samples(events, out: Output) -> dict[bytes, int]:
         touched = {}
+        now = time.time()
         for ev in events:
-            sample = json.loads(ev.value)
-            pipeline.job(sample["job"]).push(sample, out, ref=ev, node_timeout_s=cfg.job_node_timeout_s)
-            touched[sample["job"].encode()] = ev.message.partition
+            samples = json.loads(ev.value)
+            if not samples:
+                out.done.append(ev)
+                continue
+            share = Share(ev, len(samples))
+            for sample in samples:
+                pipeline.job(sample["job"]).push(sample, out, ref=share, node_timeout_s=cfg.job_node_timeout_s,
+                                                 detection=pipeline.detection, now=now)
+                touched[sample["job"].encode()] = ev.message.partition
         return touched
 
     def save_node(key: bytes):
@@ -228,9 +271,9 @@ def make_app(settings, store) -> faust.App:
 
     generation = [0]
     node_stage = Stage("node", app, nodes, Sink(store, max_rows=10_000_000, max_delay_s=0.0), metrics,
-                       process_telemetry, save_node, topics, lambda: generation[0])
+                       process_telemetry, save_node, topics, lambda: generation[0], settings.kafka.partitions)
     job_stage = Stage("job", app, jobs, Sink(store, max_rows=10_000_000, max_delay_s=0.0), metrics,
-                      process_job_samples, save_job, topics, lambda: generation[0])
+                      process_job_samples, save_job, topics, lambda: generation[0], settings.kafka.partitions)
 
     @app.on_partitions_revoked.connect
     async def forget(app, revoked, **kwargs) -> None:
@@ -283,10 +326,10 @@ def make_app(settings, store) -> faust.App:
     return app
 
 
-def run(settings, store, loglevel: str = "WARNING") -> int:
+def run(settings, store, model=None, loglevel: str = "WARNING") -> int:
     """Run the worker until SIGTERM or SIGINT."""
     from faust.worker import Worker
-    app = make_app(settings, store)
+    app = make_app(settings, store, model)
     worker = Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
     return 0

@@ -18,7 +18,7 @@ import urllib.request
 import uuid
 
 import pytest
-from test_parity import QUERIES, shuffled_with_repeats
+from test_parity import QUERIES, same_rows, shuffled_with_repeats
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.sql.store import Store
@@ -162,6 +162,8 @@ def assert_same(fleet: Fleet, ref_store, ref_events: set[str]) -> None:
                    "(SELECT count() - uniqExact(gpu_uuid, started_at) FROM idle_windows), "
                    "(SELECT count() - uniqExact(id, status) FROM alerts)")
         counts = (server.query(COUNTS)[0], ref_store.query(COUNTS)[0], server.query(dup_sql)[0])
+        job_keys = "SELECT job, toUnixTimestamp(minute) FROM job_rollup_1m"
+        jobs_missing = sorted(set(ref_store.query(job_keys)) - set(server.query(job_keys)))
         seen = {}
         for name in fleet.procs:
             try:
@@ -171,13 +173,15 @@ def assert_same(fleet: Fleet, ref_store, ref_events: set[str]) -> None:
             except Exception as err:
                 seen[name] = str(err)
         raise AssertionError(f"raw samples missing for (node, ts ms, gpus): {missing[:8]} "
-                             f"({len(missing)} in all); counts got/expected/repeated keys {counts}; dead letters {dead}; "
+                             f"({len(missing)} in all); job rollups missing {jobs_missing[:12]} ({len(jobs_missing)}); "
+                             f"counts got/expected/repeated keys {counts}; dead letters {dead}; "
                              f"worker counts {seen}") from None
     got = Store.connect(fleet.clickhouse_url, fleet.database)
     for what, sql in QUERIES.items():
         expected = ref_store.query(sql)
         assert expected, f"{what}: the reference stored nothing"
-        assert got.query(sql) == expected, what
+        rows = got.query(sql)
+        assert same_rows(rows, expected), (what, [(g, e) for g, e in zip(rows, expected) if g != e][:3])
     assert fleet.alerts() == ref_events and ref_events
 
 

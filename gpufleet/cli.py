@@ -350,7 +350,7 @@ def _kafka_overrides(args) -> dict:
 
 def cmd_worker(args) -> int:
     from gpufleet.streams import worker
-    from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
+    from gpufleet.streams.kafka import KafkaUnavailable, anchor_offsets, ensure_topics
 
     store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
     w = {k: v for k, v in (("web_port", args.web_port), ("data_dir", args.data_dir), ("app_id", args.app_id))
@@ -363,6 +363,8 @@ def cmd_worker(args) -> int:
               "lets several workers share it", file=sys.stderr)
     try:
         ensure_topics(settings.kafka.bootstrap, worker.internal_topics(settings))
+        sources = worker.topic_names(settings)
+        anchor_offsets(settings.kafka.bootstrap, settings.worker.app_id, [sources["telemetry"], sources["by_job"]])
     except (KafkaUnavailable, ValueError) as err:
         print(f"gpufleet worker: kafka: {err}", file=sys.stderr)
         return 1

@@ -48,6 +48,39 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.
             raise ValueError(f"topic {t} has {have} partitions, expected {n}")
 
 
+def anchor_offsets(bootstrap: str, group: str, topics: list[str], timeout_s: float = 30.0) -> int:
+    """Commit, for ``group``, the first offset of every partition of ``topics`` that has no commit yet.
+
+    A consumer group sent back to its committed offsets after a rebalance (Faust does so, to deliver
+    again what was not acknowledged) cannot go back on a partition it never committed: anchored at
+    the start, it can. Returns how many partitions were anchored; a group already active elsewhere
+    refuses the commit, which is harmless (its members committed what they read).
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                meta = consumer.list_topics(timeout=timeout_s).topics
+                tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+                missing = [tp for tp in consumer.committed(tps, timeout=timeout_s) if tp.offset < 0]
+                anchors = [TopicPartition(tp.topic, tp.partition,
+                                          consumer.get_watermark_offsets(tp, timeout=timeout_s)[0]) for tp in missing]
+                break
+            except KafkaException as err:     # e.g. a new topic whose leaders are still being elected
+                if time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"Kafka at {bootstrap} did not answer: {err}") from None
+                time.sleep(0.2)
+        if anchors:
+            try:
+                consumer.commit(offsets=anchors, asynchronous=False)
+            except KafkaException:
+                return 0
+        return len(anchors)
+    finally:
+        consumer.close()
+
+
 def delete_topics(bootstrap: str, topics: list[str]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.delete_topics(topics, operation_timeout=30).values():

@@ -113,9 +113,11 @@ class Stage:
     """One stage's batch loop (see the module docstring), around processors kept live in memory."""
 
     def __init__(self, name: str, app: faust.App, table: KeyedTable, sink: Sink, metrics: Metrics,
-                 process: Callable, save: Callable, topics: dict, generation: Callable[[], int], partitions: int):
+                 process: Callable, save: Callable, topics: dict, generation: Callable[[], int], partitions: int,
+                 stale_upto: Callable[[], int]):
         self.name, self.app, self.table, self.sink, self.metrics = name, app, table, sink, metrics
         self.process, self.save, self.topics, self.generation = process, save, topics, generation
+        self.stale_upto = stale_upto
         self.partitions = partitions
         self.out = Output()
         # Acknowledgements go out in offset order only: Faust commits past a message that is not
@@ -147,16 +149,23 @@ class Stage:
 
     async def batch(self, stream, events) -> None:
         generation = self.generation()
-        current = self.app.consumer_generation_id
-        fresh = [ev for ev in events if ev.message.generation_id == current]
+        stale = self.stale_upto()
+        fresh = [ev for ev in events if (ev.message.generation_id or 0) > stale]
         if len(fresh) != len(events):
-            # Fetched before the latest rebalance and still in the batch buffer: the consumer was
-            # sought back to the committed offsets, so these come again, in order, after the ones
-            # before them. Taken now, they would move the watermark past messages not yet replayed.
+            # Fetched in a consumer generation that has since been revoked (still in the batch buffer,
+            # or taken between the revocation and the next assignment): the consumer is sent back to
+            # the committed offsets, so they come again, in order, after the ones before them. Taken
+            # now, they could move the watermark past messages not yet replayed, or save state ahead
+            # of what the partition's new owner replays.
             self.metrics.counts.labels(self.name, "stale_skipped").inc(len(events) - len(fresh))
+            log.info("%s stage: %d messages fetched before the rebalance skipped", self.name, len(events) - len(fresh))
             events = fresh
         for ev in events:
-            self.received.setdefault(ev.message.tp, {})[ev.message.offset] = ev
+            tp = ev.message.tp
+            if tp not in self.received:
+                log.info("%s stage: %s/%s from offset %s (committed %s)", self.name, tp.topic, tp.partition,
+                         ev.message.offset, self.app.consumer._committed_offset.get(tp))
+            self.received.setdefault(tp, {})[ev.message.offset] = ev
         out = self.out
         touched = self.process(events, out)          # {state key: partition it belongs to}
         self.table.partition_of.update(touched)
@@ -206,6 +215,21 @@ class Stage:
         self.metrics.last_batch.set(time.time())
 
 
+def rewind_from_zero(consumer, topics: set[str]) -> None:
+    """After a rebalance Faust sends every partition back to its committed offset, to deliver again what
+    was not acknowledged; aiokafka skips the seek when that offset is 0 (or none was committed), so
+    messages dropped during the table recovery would be lost there. This seeks those to offset 0
+    (the broker moves an offset below its retention to the earliest one kept)."""
+    seek_committed = consumer.perform_seek
+
+    async def perform_seek() -> None:
+        await seek_committed()
+        for tp in consumer.assignment():
+            if tp.topic in topics and not consumer._committed_offset.get(tp):
+                await consumer.seek(tp, 0)
+    consumer.perform_seek = perform_seek
+
+
 def make_app(settings, store, model=None) -> faust.App:
     """The worker app for ``settings``, writing to ``store`` (nothing starts until it runs)."""
     cfg, w = settings.stream, settings.worker
@@ -218,6 +242,7 @@ def make_app(settings, store, model=None) -> faust.App:
         web_in_thread=False)
     names = topic_names(settings)
     topics = {k: app.topic(v, **RAW) for k, v in names.items()}
+    rewind_from_zero(app.consumer, {names["telemetry"], names["by_job"]})
     nodes = app.tables.add(KeyedTable(app, name="nodes", default=None, partitions=settings.kafka.partitions,
                                       key_type=bytes, value_type=bytes, help="each node's processor state"))
     jobs = app.tables.add(KeyedTable(app, name="jobs", default=None, partitions=settings.kafka.partitions,
@@ -269,11 +294,15 @@ def make_app(settings, store, model=None) -> faust.App:
             return None
         return json.dumps(job.to_state()).encode()
 
-    generation = [0]
+    generation = [0]              # rebalances seen: a batch under way when it changes is abandoned
+    stale_gen = [-1]              # consumer generation last revoked: what it fetched is stale
+
     node_stage = Stage("node", app, nodes, Sink(store, max_rows=10_000_000, max_delay_s=0.0), metrics,
-                       process_telemetry, save_node, topics, lambda: generation[0], settings.kafka.partitions)
+                       process_telemetry, save_node, topics, lambda: generation[0], settings.kafka.partitions,
+                       lambda: stale_gen[0])
     job_stage = Stage("job", app, jobs, Sink(store, max_rows=10_000_000, max_delay_s=0.0), metrics,
-                      process_job_samples, save_job, topics, lambda: generation[0], settings.kafka.partitions)
+                      process_job_samples, save_job, topics, lambda: generation[0], settings.kafka.partitions,
+                      lambda: stale_gen[0])
 
     @app.on_partitions_revoked.connect
     async def forget(app, revoked, **kwargs) -> None:
@@ -281,6 +310,7 @@ def make_app(settings, store, model=None) -> faust.App:
         # and state comes from the tables: live processors are dropped, not reused, and a batch
         # under way is abandoned before it saves state or acknowledges anything.
         generation[0] += 1
+        stale_gen[0] = app.consumer_generation_id
         pipeline.nodes.clear()
         pipeline.jobs.clear()
         node_stage.forget()

@@ -101,3 +101,20 @@ def test_kafka_shuffled_equals_embedded_ordered(fleet, embedded_store, server_st
     assert sorted(map(json.dumps, kafka_events)) == sorted(map(json.dumps, ref_events))
     kinds = {e["kind"] for e in ref_events}
     assert "idle" in kinds
+
+
+def test_a_group_is_anchored_at_the_start_of_partitions_it_never_committed(kafka_bootstrap, topic):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from gpufleet.streams.kafka import anchor_offsets
+    name = topic(partitions=3)
+    produce(kafka_bootstrap, name, [(f"node-{i}", b"{}") for i in range(30)])
+    group = f"anchor-{time.time_ns()}"
+    assert anchor_offsets(kafka_bootstrap, group, [name]) == 3
+    assert anchor_offsets(kafka_bootstrap, group, [name]) == 0          # committed now: left alone
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    try:
+        committed = c.committed([TopicPartition(name, p) for p in range(3)], timeout=10)
+        assert [tp.offset for tp in committed] == [0, 0, 0]
+    finally:
+        c.close()

@@ -7,13 +7,15 @@
    first batch to the last message, against a plain aiokafka consumer with default settings and
    `getmany` reading the same messages from the same broker in the same run, decoding nothing.
 2. Memory of the processors' state per tracked GPU for fleets of 1k, 10k and 100k GPUs on the
-   simulated clock (tracemalloc of the live processors after 10 minutes of samples; the waiting
-   messages of the last lateness included), and the size of the saved state per GPU.
+   simulated clock (growth of the resident memory while the processors take 3 simulated minutes of
+   samples, the waiting messages of the last lateness included; then 35 minutes at 1k GPUs, when the
+   leak detector's half hour of history is full), and the size of the saved state per GPU.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import re
@@ -21,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 import urllib.request
 import uuid
 from pathlib import Path
@@ -101,33 +102,55 @@ def throughput(bootstrap: str, dsn: str, messages: int) -> None:
     print(f"| one gpufleet worker, end to end | {samples / worker:,.0f} | {raw / worker:.0%} |")
 
 
+def rss() -> int:
+    """Resident memory of this process, in bytes (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def state_memory_row(gpus: int, minutes: int) -> str:
+    nodes = gpus // 8
+    sim = Simulation(FleetSpec(nodes=nodes, gpus_per_node=8, hours=minutes / 60, seed=1, faults_per_kind=0,
+                               start=RECENT))
+    messages = sim.messages()
+    first = next(messages)              # the simulator's own state is built before measuring
+    gc.collect()
+    before = rss()
+    pipeline = Pipeline()
+    pipeline.submit(first, "0")
+    for i, m in enumerate(messages, 1):
+        pipeline.submit(m, str(i))
+        pipeline.out.rows, pipeline.out.events, pipeline.out.job_samples = {}, [], []
+    pipeline.out.done = []
+    gc.collect()
+    used = rss() - before
+    saved = sum(len(json.dumps(p.to_state())) for p in pipeline.nodes.values()) + \
+        sum(len(json.dumps(j.to_state())) for j in pipeline.jobs.values())
+    return (f"| {gpus:,} | {nodes:,} | {minutes} | {used / 2**20:,.1f} MB | {used / gpus / 1024:.1f} kB | "
+            f"{saved / gpus / 1024:.2f} kB |")
+
+
 def state_memory() -> None:
-    print("\n| GPUs tracked | nodes | state in memory | per GPU | saved state per GPU |\n|---:|---:|---:|---:|---:|")
-    for gpus in (1_000, 10_000, 100_000):
-        nodes = gpus // 8
-        sim = Simulation(FleetSpec(nodes=nodes, gpus_per_node=8, hours=10 / 60, seed=1, faults_per_kind=0,
-                                   start=RECENT))
-        messages = list(sim.messages())
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        pipeline = Pipeline()
-        for i, m in enumerate(messages):
-            pipeline.submit(m, str(i))
-            pipeline.out.rows, pipeline.out.events = {}, []
-        used = tracemalloc.get_traced_memory()[0] - before
-        tracemalloc.stop()
-        saved = sum(len(json.dumps(p.to_state())) for p in pipeline.nodes.values()) + \
-            sum(len(json.dumps(j.to_state())) for j in pipeline.jobs.values())
-        print(f"| {gpus:,} | {nodes:,} | {used / 2**20:,.1f} MB | {used / gpus / 1024:.1f} kB | "
-              f"{saved / gpus / 1024:.2f} kB |")
-        del messages, pipeline, sim
+    print("\n| GPUs tracked | nodes | simulated minutes | state in memory | per GPU | saved state per GPU |\n"
+          "|---:|---:|---:|---:|---:|---:|")
+    # the same 3 minutes for each size (growth with fleet size), then 35 minutes at 1k GPUs: the leak
+    # detector's half hour of per-minute memory filled, the largest the state gets. Each in its own
+    # process: memory freed by one is not returned to the system, and would hide the next one's growth.
+    for gpus, minutes in ((1_000, 3), (10_000, 3), (100_000, 3), (1_000, 35)):
+        row = subprocess.run([sys.executable, __file__, "--memory-of", f"{gpus},{minutes}"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        print(row, flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--memory-of", metavar="GPUS,MINUTES", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory_of:
+        print(state_memory_row(*map(int, args.memory_of.split(","))))
+        return
     if os.environ.get("KAFKA_BOOTSTRAP") and os.environ.get("CLICKHOUSE_URL"):
         throughput(os.environ["KAFKA_BOOTSTRAP"], os.environ["CLICKHOUSE_URL"], args.messages)
     else:

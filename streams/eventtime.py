@@ -20,6 +20,7 @@ from collections import deque
 from gpufleet.collectors.telemetry import Telemetry
 
 ACCEPTED, DUPLICATE, LATE, REPLAYED = "accepted", "duplicate", "late", "replayed"
+HELD = "held"      # a repeat of a message still waiting: its reference is done when that one is
 
 
 class Gate:
@@ -44,10 +45,12 @@ class Gate:
         if held is not None:
             known = {g.uuid for g in held[0].gpus}
             new = [g for g in msg.gpus if g.uuid not in known]
-            if not new:
-                return DUPLICATE, []
-            held[0] = held[0].model_copy(update={"gpus": [*held[0].gpus, *new]})
             held[1].append(ref)
+            if not new:
+                # the same input may even be delivered twice; acknowledging the repeat now could
+                # commit past the original before what it carries is durable
+                return HELD, []
+            held[0] = held[0].model_copy(update={"gpus": [*held[0].gpus, *new]})
             return ACCEPTED, []
         self.pending[ts] = [msg, [ref]]
         if self.max_ts is None or ts > self.max_ts:

@@ -123,7 +123,11 @@ class JobProcessor:
             out.done.append(ref)
         elif ts <= self.nodes.get(node, float("-inf")):
             out.counts["job_duplicates"] += 1      # each node's samples come in order: this one came before
-            out.done.append(ref)
+            waiting = next((p for p in self.pending if p[0] == ts and p[1] == node), None)
+            if waiting is not None:
+                waiting[3].append(ref)             # done when the one it repeats is (it may be the same input)
+            else:
+                out.done.append(ref)
             return
         else:
             if node not in self.nodes and ts <= self.frontier:

@@ -5,7 +5,7 @@ from gpufleet.collectors.telemetry import Telemetry
 
 from .config import StreamConfig
 from .detect import Detection, NodeDetectors
-from .eventtime import ACCEPTED, DUPLICATE, LATE, REPLAYED, Gate
+from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
 from .jobs import job_samples
 from .output import Output
@@ -37,6 +37,9 @@ class NodeProcessor:
         truly late: the first is REPLAYED, the second is LATE.
         """
         status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref)
+        held = status == HELD
+        if held:
+            status = DUPLICATE
         if position is not None:
             seen = self.position
             if status in (DUPLICATE, LATE) and seen is not None and seen[0] == position[0] \
@@ -44,7 +47,7 @@ class NodeProcessor:
                 status = REPLAYED
             elif seen is None or seen[0] != position[0] or position[1] > seen[1]:
                 self.position = list(position)
-        if status != ACCEPTED:
+        if status != ACCEPTED and not held:
             out.done.append(ref)
         for m, refs in ready:
             self._process(m, cfg, out, detection)

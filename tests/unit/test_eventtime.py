@@ -1,11 +1,11 @@
 from helpers import gpu, message
 
 from gpufleet.collectors.telemetry import parse
-from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, LATE, Gate
+from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, HELD, LATE, Gate
 
 
-def push(gate, ts, lateness=30.0, horizon=900.0, gpus=None):
-    return gate.push(parse(message(ts, gpus=gpus)), lateness, horizon)
+def push(gate, ts, lateness=30.0, horizon=900.0, gpus=None, ref=None):
+    return gate.push(parse(message(ts, gpus=gpus)), lateness, horizon, ref)
 
 
 def test_releases_in_ts_order_once_the_watermark_passes():
@@ -25,16 +25,25 @@ def test_late_and_duplicate_are_told_apart():
         push(gate, ts)
     assert push(gate, 105)[0] == DUPLICATE       # released already: a repeat
     assert push(gate, 103)[0] == LATE            # never seen and behind the watermark (170)
-    assert push(gate, 200)[0] == DUPLICATE       # still waiting: a repeat
+    assert push(gate, 200)[0] == HELD            # still waiting: a repeat, held with the original
     assert push(gate, 171)[0] == ACCEPTED        # within the lateness
     assert gate.watermark(30) == 170
+
+
+def test_a_repeat_of_a_waiting_message_is_done_only_with_it():
+    # the same input delivered twice: acknowledging the repeat at once could commit past the original
+    gate = Gate()
+    assert push(gate, 100, ref="first") == (ACCEPTED, [])
+    assert push(gate, 100, ref="again") == (HELD, [])
+    _, ready = push(gate, 200, ref="later")
+    assert [(m.ts, refs) for m, refs in ready] == [(100, ["first", "again"])]
 
 
 def test_sample_exactly_at_the_watermark_is_not_late():
     gate = Gate()
     push(gate, 100)
     push(gate, 130)
-    assert push(gate, 100)[0] == DUPLICATE
+    assert push(gate, 100)[0] == HELD              # still waiting (not strictly behind): a repeat, held
     gate2 = Gate()
     push(gate2, 130)
     assert push(gate2, 100)[0] == ACCEPTED
@@ -51,7 +60,7 @@ def test_repeats_are_forgotten_after_the_horizon():
 def test_same_time_new_gpus_are_merged_repeated_gpus_ignored():
     gate = Gate()
     push(gate, 100, gpus=[gpu(0)])
-    assert push(gate, 100, gpus=[gpu(0)])[0] == DUPLICATE
+    assert push(gate, 100, gpus=[gpu(0)])[0] == HELD
     assert push(gate, 100, gpus=[gpu(0), gpu(1)])[0] == ACCEPTED
     ((m, refs),) = gate.drain()
     assert [g.uuid for g in m.gpus] == ["GPU-0", "GPU-1"]

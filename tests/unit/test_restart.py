@@ -139,3 +139,15 @@ def test_job_samples_delivered_again_after_a_restore_count_once():
     rows = lambda out: sorted(map(repr, out.rows.get(JOB_ROLLUP, [])))   # noqa: E731
     assert rows(twice) == rows(once) and rows(once)
     assert twice.counts["job_duplicates"] > 0
+
+
+def test_a_job_sample_delivered_twice_while_waiting_is_done_only_with_the_first():
+    job, out = JobProcessor("j"), Output()
+    gpus = [["GPU-0", 0, 90.0, 1800.0, 1980.0, 600.0, 700.0, 60.0, 0, 1, 2]]
+    sample = {"job": "j", "node": "n1", "ts": 100.0, "tenant": "t", "pool": "p", "interval": 5.0, "gpus": gpus}
+    job.push({**sample, "node": "n2", "ts": 95.0}, out, ref="n2-95")
+    job.push(sample, out, ref="first")            # waits for n2 to pass 100
+    job.push(sample, out, ref="again")            # the same input again
+    assert "first" not in out.done and "again" not in out.done
+    job.push({**sample, "node": "n2", "ts": 105.0}, out, ref="n2-105")
+    assert {"first", "again"} <= set(out.done)

@@ -31,7 +31,7 @@ from gpufleet.collectors.attribution import Attributor, ProcessAttributor  # noq
 from gpufleet.collectors.collector import Collector  # noqa: E402
 from gpufleet.collectors.fake_nvml import FakeNVML  # noqa: E402
 from gpufleet.collectors.host import HostSampler  # noqa: E402
-from gpufleet.collectors.nvml import FIELDS, NvmlReader  # noqa: E402
+from gpufleet.collectors.nvml import NvmlReader  # noqa: E402
 from gpufleet.collectors.publisher import Publisher, producer_config  # noqa: E402
 from gpufleet.collectors.spool import Spool  # noqa: E402
 
@@ -95,7 +95,7 @@ def memory(ticks: int) -> None:
         spool.ack(offset + 1)
         if i in (1000, 10_000, ticks):
             marks[i] = rss_mb()
-    print(f"\n| ticks (simulated 1 s) | RSS MB |\n|---:|---:|")
+    print("\n| ticks (simulated 1 s) | RSS MB |\n|---:|---:|")
     for i, mb in marks.items():
         print(f"| {i:,} | {mb:.1f} |")
     print(f"growth from 10,000 to {ticks:,} ticks: {marks[ticks] - marks[10_000]:+.1f} MB "

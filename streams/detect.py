@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 from gpufleet.models.artifact import KindModel, Model
 from gpufleet.models.features import io_features, leak_features, median, straggler_features, straggler_stats
 
 from .events import alert
+from .jobsample import CLOCK, INDEX, POWER, TEMP, THROTTLE, UTIL, UUID
 from .output import Output
+from .state import StateError, load_fields, save_fields
 
 EPOCH_S = 30.0          # how often windows are evaluated
 WINDOW_S = 60.0         # how much they hold
@@ -43,66 +46,141 @@ def throttle_text(bits: int) -> str:
     return " and ".join(names[:2]) if names else ""
 
 
+@dataclass(slots=True)
+class Incident:
+    """One target's pending or open incident."""
+
+    hits: int                        # positive windows in a row
+    misses: int                      # negative windows in a row
+    first_ts: float                  # the first positive window of this run
+    detected_at: float | None        # when it fired (None while pending)
+    started_at: float
+    info: dict                       # what the latest positive window showed
+
+
+Describe = Callable[[str, dict, Incident, float | None], dict]   # status, info, incident, resolved_at
+
+
 class Incidents:
     """Open and pending incidents of one processor, by dedup key."""
 
     __slots__ = ("by_key",)
 
     def __init__(self):
-        # key -> [hits, misses, first positive ts, detected_at or None, started_at, last info]
-        self.by_key: dict[str, list] = {}
+        self.by_key: dict[str, Incident] = {}
 
     def observe(self, key: str, positive: bool, ts: float, km: KindModel, info: dict, out: Output,
-                describe: Callable[[str, dict, list], dict]) -> None:
+                describe: Describe) -> None:
         st = self.by_key.get(key)
         if positive:
             if st is None:
-                st = self.by_key[key] = [0, 0, ts, None, ts, info]
-            st[0] += 1
-            st[1] = 0
-            st[5] = info
-            if st[3] is None and st[0] >= km.persist_on:
-                st[3] = ts
-                out.event(describe("firing", info, st))
+                st = self.by_key[key] = Incident(0, 0, ts, None, ts, info)
+            st.hits += 1
+            st.misses = 0
+            st.info = info
+            if st.detected_at is None and st.hits >= km.persist_on:
+                st.detected_at = ts
+                out.event(describe("firing", info, st, None))
         elif st is not None:
-            st[0] = 0
-            st[1] += 1
-            if st[3] is None:
+            st.hits = 0
+            st.misses += 1
+            if st.detected_at is None:
                 del self.by_key[key]
-            elif st[1] >= km.persist_off:
-                out.event(describe("resolved", st[5], st + [ts]))
+            elif st.misses >= km.persist_off:
+                out.event(describe("resolved", st.info, st, ts))
                 del self.by_key[key]
 
-    def close_all(self, ts: float, describe: Callable[[str, dict, list], dict], out: Output) -> None:
+    def close_all(self, ts: float, describe: Describe, out: Output) -> None:
         """The target is gone (the job ended): resolve what is open, forget what is pending."""
         for key, st in list(self.by_key.items()):
-            if st[3] is not None:
-                out.event(describe("resolved", st[5], st + [ts]))
+            if st.detected_at is not None:
+                out.event(describe("resolved", st.info, st, ts))
         self.by_key = {}
 
     def keys(self, prefix: str) -> list[str]:
         return [k for k in self.by_key if k.startswith(prefix)]
 
     def to_state(self) -> dict:
-        return self.by_key
+        return {k: save_fields(st) for k, st in self.by_key.items()}
 
     @classmethod
     def from_state(cls, state: dict) -> Incidents:
         i = cls()
-        i.by_key = state
+        i.by_key = {k: load_fields(Incident, st, "incident") for k, st in state.items()}
         return i
 
 
-def _event(kind: str, target: str, status: str, st: list, info: dict, summary: str, evidence: dict) -> dict:
-    resolved = st[6] if status == "resolved" else None
+def _event(kind: str, target: str, status: str, st: Incident, resolved_at: float | None, info: dict, summary: str,
+           evidence: dict) -> dict:
+    assert st.detected_at is not None
     return alert(kind, target, status=status, severity=info.get("severity", "warning"), node=info.get("node"),
                  gpu_uuid=info.get("gpu_uuid"), job=info.get("job"), tenant=info.get("tenant"),
-                 pool=info.get("pool"), started_at=st[4], detected_at=st[3], resolved_at=resolved,
-                 score=info.get("score", 0.0), summary=summary, evidence=evidence)
+                 pool=info.get("pool"), started_at=st.started_at, detected_at=st.detected_at,
+                 resolved_at=resolved_at if status == "resolved" else None, score=info.get("score", 0.0),
+                 summary=summary, evidence=evidence)
 
 
-def _minutes(st: list, until: float | None = None) -> float:
-    return ((until if until is not None else st[3]) - st[4]) / 60.0
+def _minutes(st: Incident, until: float | None = None) -> float:
+    end = until if until is not None else st.detected_at
+    assert end is not None
+    return (end - st.started_at) / 60.0
+
+
+class GpuPoint(NamedTuple):
+    """One GPU sample in a node's window."""
+
+    ts: float
+    util: float | None
+    pcie_rx: float | None
+    has_process: float              # 1.0 when the GPU had a compute process
+    mem_share: float | None         # used memory as a share of the total
+    job: str | None
+    index: int
+
+
+class HostPoint(NamedTuple):
+    ts: float
+    iowait: float | None
+    disk_read: float | None
+
+
+class JobPoint(NamedTuple):
+    """One GPU sample in a job's window."""
+
+    ts: float
+    util: float | None
+    clock: float | None
+    power: float | None
+    throttle: int | None
+    temp: float | None
+
+
+@dataclass(slots=True)
+class MemoryTrack:
+    """One GPU's memory, per minute, since its current process started."""
+
+    minute: int                     # the minute being filled
+    peak: float                     # the highest value of that minute so far
+    minutes: list[float]            # the last LEAK_MINUTES complete minutes' peaks, oldest first
+    pid: int | None
+    since: float                    # ts of the first sample of this process
+    total: float                    # the GPU's memory
+
+
+PointT = TypeVar("PointT", GpuPoint, HostPoint, JobPoint)
+
+
+def save_points(points, kind: type[PointT]) -> dict:
+    """A window of samples as named columns."""
+    return {name: [p[i] for p in points] for i, name in enumerate(kind._fields)}
+
+
+def load_points(state: dict, kind: type[PointT], what: str) -> deque[PointT]:
+    try:
+        columns = [state[name] for name in kind._fields]
+    except (KeyError, TypeError):
+        raise StateError(f"{what}: a saved window needs the columns {list(kind._fields)}") from None
+    return deque(kind(*row) for row in zip(*columns))
 
 
 # -- the node: IO starvation (per job on the node) and memory leaks (per GPU) ----------------------------
@@ -110,10 +188,10 @@ class NodeDetectors:
     __slots__ = ("gpus", "host", "epoch", "mem", "incidents")
 
     def __init__(self):
-        self.gpus: dict[str, deque] = {}     # uuid -> (ts, util, pcie_rx, has process, mem share, job, index)
-        self.host: deque = deque()           # (ts, iowait, disk read)
+        self.gpus: dict[str, deque[GpuPoint]] = {}
+        self.host: deque[HostPoint] = deque()
         self.epoch: int | None = None
-        self.mem: dict[str, list] = {}       # uuid -> [minute, max this minute, [per minute], pid, since, total]
+        self.mem: dict[str, MemoryTrack] = {}
         self.incidents = Incidents()
 
     def add(self, msg, model: Model, out: Output, tenant_of: dict, recorder: Recorder | None) -> None:
@@ -123,20 +201,22 @@ class NodeDetectors:
             self._io(msg.node, msg.pool, (self.epoch + 1) * EPOCH_S, model, out, tenant_of, recorder)
         self.epoch = epoch
         host = msg.host
-        self.host.append((ts, host.iowait_pct if host else None, host.disk_read_bytes_per_s if host else None))
+        self.host.append(HostPoint(ts, host.iowait_pct if host else None,
+                                   host.disk_read_bytes_per_s if host else None))
         cutoff = ts - WINDOW_S
-        while self.host and self.host[0][0] <= cutoff:
+        while self.host and self.host[0].ts <= cutoff:
             self.host.popleft()
         for g in msg.gpus:
             w = self.gpus.get(g.uuid)
             if w is None:
                 w = self.gpus[g.uuid] = deque()
             share = g.mem_used_bytes / g.mem_total_bytes if g.mem_used_bytes is not None and g.mem_total_bytes else None
-            w.append((ts, g.util_pct, g.pcie_rx_bytes_per_s, 1.0 if g.processes else 0.0, share, g.job, g.index))
-            while w and w[0][0] <= cutoff:
+            w.append(GpuPoint(ts, g.util_pct, g.pcie_rx_bytes_per_s, 1.0 if g.processes else 0.0, share, g.job,
+                              g.index))
+            while w and w[0].ts <= cutoff:
                 w.popleft()
             self._memory(msg, g, model, out, tenant_of, recorder)
-        for uuid in [u for u, w in self.gpus.items() if not w or w[-1][0] <= cutoff]:
+        for uuid in [u for u, w in self.gpus.items() if not w or w[-1].ts <= cutoff]:
             del self.gpus[uuid]
 
     # IO starvation ---------------------------------------------------------------------------------------
@@ -144,30 +224,32 @@ class NodeDetectors:
             recorder: Recorder | None) -> None:
         km = model.kinds["io_starvation"]
         start = at - WINDOW_S
-        by_job: dict[str, list] = {}
+        by_job: dict[str, list[GpuPoint]] = {}
         for uuid, w in self.gpus.items():
-            samples = [s for s in w if start < s[0] <= at]
-            if samples and samples[-1][5] is not None:
-                by_job.setdefault(samples[-1][5], []).extend(samples)
-        host = [h for h in self.host if start < h[0] <= at]
+            samples = [s for s in w if start < s.ts <= at]
+            job = samples[-1].job if samples else None
+            if job is not None:
+                by_job.setdefault(job, []).extend(samples)
+        host = [h for h in self.host if start < h.ts <= at]
         seen = set()
         if recorder is not None:         # per GPU, for the idle baselines of the evaluation
             for uuid, w in self.gpus.items():
-                u = [s[1] for s in w if start < s[0] <= at and s[1] is not None]
+                u = [s.util for s in w if start < s.ts <= at and s.util is not None]
                 if u:
                     last = w[-1]
                     recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
-                                                           1.0 if last[5] is not None else 0.0],
-                             {"node": node, "gpu_uuid": uuid, "job": last[5], "index": last[6]})
+                                                           1.0 if last.job is not None else 0.0],
+                             {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.index})
         for job, samples in sorted(by_job.items()):
-            x = io_features([s[1] for s in samples], [h[1] for h in host], [h[2] for h in host],
-                            [s[2] for s in samples], [s[3] for s in samples], [s[4] for s in samples])
+            x = io_features([s.util for s in samples], [h.iowait for h in host], [h.disk_read for h in host],
+                            [s.pcie_rx for s in samples], [s.has_process for s in samples],
+                            [s.mem_share for s in samples])
             target = f"{node}/{job}"
             key = f"io_starvation:{target}"
             seen.add(key)
             score = km.score(x)
             info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
-                    "gpus": len({s[6] for s in samples}), "util": x[0] * 100, "iowait": x[3] * 100,
+                    "gpus": len({s.index for s in samples}), "util": x[0] * 100, "iowait": x[3] * 100,
                     "disk": x[4], "target": target}
             if recorder is not None:
                 recorder("io_starvation", key, at, x, info)
@@ -177,7 +259,7 @@ class NodeDetectors:
                 self.incidents.observe(key, False, at, km, {}, out, self._describe_io)
 
     @staticmethod
-    def _describe_io(status: str, info: dict, st: list) -> dict:
+    def _describe_io(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
         what = (f"job {info['job']} on {info['node']} waits for its input data: {info['gpus']} GPU"
                 f"{'s' if info['gpus'] != 1 else ''} at {info['util']:.0f}% utilization with {info['iowait']:.0f}% "
                 f"iowait and {info['disk']:.1f} GB/s of disk reads")
@@ -185,10 +267,10 @@ class NodeDetectors:
             summary = f"{what[0].upper()}{what[1:]} for {_minutes(st):.0f} min"
         else:
             summary = f"Job {info['job']} on {info['node']} no longer waits for input data " \
-                      f"(starved for {_minutes(st, st[6]):.0f} min)"
+                      f"(starved for {_minutes(st, resolved_at):.0f} min)"
         evidence = {"util_pct": round(info["util"], 1), "iowait_pct": round(info["iowait"], 1),
                     "disk_read_gb_per_s": round(info["disk"], 3), "gpus": info["gpus"], "score": info["score"]}
-        return _event("io_starvation", info["target"], status, st, info, summary, evidence)
+        return _event("io_starvation", info["target"], status, st, resolved_at, info, summary, evidence)
 
     # memory leaks ------------------------------------------------------------------------------------------
     def _memory(self, msg, g, model: Model, out: Output, tenant_of: dict, recorder: Recorder | None) -> None:
@@ -197,35 +279,36 @@ class NodeDetectors:
         ts, minute = msg.ts, int(msg.ts // 60)
         pid = g.processes[0].pid if g.processes else None
         m = self.mem.get(g.uuid)
-        if m is None or m[3] != pid:                 # a new process: its memory history starts again
-            m = self.mem[g.uuid] = [minute, g.mem_used_bytes, [], pid, ts, g.mem_total_bytes]
-        elif minute > m[0]:
-            m[2].append(m[1])
-            del m[2][:-LEAK_MINUTES]
-            m[0], m[1] = minute, g.mem_used_bytes
+        if m is None or m.pid != pid:                # a new process: its memory history starts again
+            m = self.mem[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, [], pid, ts, g.mem_total_bytes)
+        elif minute > m.minute:
+            m.minutes.append(m.peak)
+            del m.minutes[:-LEAK_MINUTES]
+            m.minute, m.peak = minute, g.mem_used_bytes
             self._leak(msg, g, m, model, out, tenant_of, recorder)
             return
-        m[1] = max(m[1], g.mem_used_bytes)
+        m.peak = max(m.peak, g.mem_used_bytes)
 
-    def _leak(self, msg, g, m: list, model: Model, out: Output, tenant_of: dict, recorder: Recorder | None):
+    def _leak(self, msg, g, m: MemoryTrack, model: Model, out: Output, tenant_of: dict,
+              recorder: Recorder | None) -> None:
         km = model.kinds["memory_leak"]
         key = f"memory_leak:{g.uuid}"
-        x = leak_features(m[2], m[5], (msg.ts - m[4]) / 60.0) if m[3] is not None else None
+        x = leak_features(m.minutes, m.total, (msg.ts - m.since) / 60.0) if m.pid is not None else None
         if x is None:
             if key in self.incidents.by_key:
                 self.incidents.observe(key, False, msg.ts, km, {}, out, self._describe_leak)
             return
         score = km.score(x)
         info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
-                "index": g.index, "pid": m[3], "score": round(score, 4), "slope_gb_h": x[0] * m[5] / 1e9,
-                "used_gb": m[2][-1] / 1e9, "total_gb": m[5] / 1e9, "to_oom_min": (10 ** x[6] - 1),
+                "index": g.index, "pid": m.pid, "score": round(score, 4), "slope_gb_h": x[0] * m.total / 1e9,
+                "used_gb": m.minutes[-1] / 1e9, "total_gb": m.total / 1e9, "to_oom_min": (10 ** x[6] - 1),
                 "severity": "critical" if 10 ** x[6] - 1 < 30 else "warning"}
         if recorder is not None:
             recorder("memory_leak", key, msg.ts, x, info)
         self.incidents.observe(key, score >= km.threshold, msg.ts, km, info, out, self._describe_leak)
 
     @staticmethod
-    def _describe_leak(status: str, info: dict, st: list) -> dict:
+    def _describe_leak(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
         who = f"GPU {info['index']} on {info['node']}" + (f" (job {info['job']}, pid {info['pid']})" if info.get(
             "job") else f" (pid {info['pid']})")
         if status == "firing":
@@ -234,23 +317,28 @@ class NodeDetectors:
             summary = (f"{who} memory grows {info['slope_gb_h']:.1f} GB/h for {_minutes(st):.0f} min: "
                        f"{info['used_gb']:.0f} of {info['total_gb']:.0f} GB used, out of memory in about {when}")
         else:
-            summary = f"{who} memory stopped growing (or the process ended) after {_minutes(st, st[6]):.0f} min"
+            summary = f"{who} memory stopped growing (or the process ended) after {_minutes(st, resolved_at):.0f} min"
         evidence = {"slope_gb_per_h": round(info["slope_gb_h"], 3), "used_gb": round(info["used_gb"], 2),
                     "total_gb": round(info["total_gb"], 2), "minutes_to_oom": round(info["to_oom_min"], 1),
                     "pid": info["pid"], "score": info["score"]}
-        return _event("memory_leak", info["gpu_uuid"], status, st, info, summary, evidence)
+        return _event("memory_leak", info["gpu_uuid"], status, st, resolved_at, info, summary, evidence)
 
-    def to_state(self) -> list:
-        return [{u: list(w) for u, w in self.gpus.items()}, list(self.host), self.epoch, self.mem,
-                self.incidents.to_state()]
+    def to_state(self) -> dict:
+        return {"gpus": {u: save_points(w, GpuPoint) for u, w in self.gpus.items()},
+                "host": save_points(self.host, HostPoint), "epoch": self.epoch,
+                "mem": {u: save_fields(m) for u, m in self.mem.items()}, "incidents": self.incidents.to_state()}
 
     @classmethod
-    def from_state(cls, state: list) -> NodeDetectors:
+    def from_state(cls, state: dict) -> NodeDetectors:
         d = cls()
-        gpus, host, d.epoch, d.mem, incidents = state
-        d.gpus = {u: deque(tuple(s) for s in w) for u, w in gpus.items()}
-        d.host = deque(tuple(h) for h in host)
-        d.incidents = Incidents.from_state(incidents)
+        try:
+            d.gpus = {u: load_points(w, GpuPoint, "node detector") for u, w in state["gpus"].items()}
+            d.host = load_points(state["host"], HostPoint, "node detector")
+            d.epoch = state["epoch"]
+            d.mem = {u: load_fields(MemoryTrack, m, "memory track") for u, m in state["mem"].items()}
+            d.incidents = Incidents.from_state(state["incidents"])
+        except KeyError as err:
+            raise StateError(f"node detector: saved state lacks {err}") from None
         return d
 
 
@@ -259,8 +347,8 @@ class JobDetector:
     __slots__ = ("gpus", "where", "epoch", "incidents", "interval")
 
     def __init__(self):
-        self.gpus: dict[str, deque] = {}     # uuid -> (ts, util, clock, power, throttle, temp)
-        self.where: dict[str, list] = {}     # uuid -> [node, index]
+        self.gpus: dict[str, deque[JobPoint]] = {}
+        self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
         self.epoch: int | None = None
         self.incidents = Incidents()
         self.interval = 5.0
@@ -273,14 +361,14 @@ class JobDetector:
         self.epoch = epoch
         self.interval = interval or self.interval
         cutoff = ts - WINDOW_S
-        for g in gpus:        # fields: see jobs.JOB_GPU_FIELDS
-            uuid = g[0]
+        for g in gpus:        # a job sample's GPUs (jobsample.py)
+            uuid = g[UUID]
             w = self.gpus.get(uuid)
             if w is None:
                 w = self.gpus[uuid] = deque()
-            w.append((ts, g[2], g[3], g[5], g[8], g[7]))
-            self.where[uuid] = [node, g[1]]
-            while w and w[0][0] <= cutoff:
+            w.append(JobPoint(ts, g[UTIL], g[CLOCK], g[POWER], g[THROTTLE], g[TEMP]))
+            self.where[uuid] = (node, g[INDEX])
+            while w and w[0].ts <= cutoff:
                 w.popleft()
 
     def evaluate(self, job: str, at: float, tenant, pool, model: Model, out: Output,
@@ -289,15 +377,15 @@ class JobDetector:
         start = at - WINDOW_S
         windows = {}
         for uuid, w in list(self.gpus.items()):
-            samples = [s for s in w if start < s[0] <= at]
+            samples = [s for s in w if start < s.ts <= at]
             if not samples:
-                if not w or w[-1][0] <= start:
+                if not w or w[-1].ts <= start:
                     del self.gpus[uuid]
                     self.where.pop(uuid, None)
                 continue
-            windows[uuid] = {"util": [s[1] for s in samples], "clock": [s[2] for s in samples],
-                             "power": [s[3] for s in samples], "throttle": [s[4] for s in samples],
-                             "temp": [s[5] for s in samples]}
+            windows[uuid] = {"util": [s.util for s in samples], "clock": [s.clock for s in samples],
+                             "power": [s.power for s in samples], "throttle": [s.throttle for s in samples],
+                             "temp": [s.temp for s in samples]}
         expected = max(1, round(WINDOW_S / self.interval))
         stats = straggler_stats(windows)
         per_gpu = straggler_features(stats, expected)
@@ -348,7 +436,7 @@ class JobDetector:
                 "slowdown": max(x[0], _deficit_of(util, median([o[0] for o in others])))}
 
     @staticmethod
-    def _describe(status: str, info: dict, st: list) -> dict:
+    def _describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
         if info["level"] == "node":
             who = f"{info['node']} (all {info['gpus']} GPUs, job {info['job']})"
             peers = f"the job's other {info['peers']} node{'s' if info['peers'] != 1 else ''}"
@@ -365,30 +453,35 @@ class JobDetector:
                 why = f"utilization {info['util']:.0f}% vs {info['peer_util']:.0f}%, clocks normal"
             summary = (f"{who} runs {info['slowdown']:.0%} below {peers} for {_minutes(st):.0f} min: {why}")
         else:
-            summary = f"{who} keeps pace with {peers} again (it lagged for {_minutes(st, st[6]):.0f} min)"
+            summary = f"{who} keeps pace with {peers} again (it lagged for {_minutes(st, resolved_at):.0f} min)"
         evidence = {"slowdown": round(info["slowdown"], 3), "sm_clock_mhz": _r(info["clock"]),
                     "peers_sm_clock_mhz": _r(info["peer_clock"]), "util_pct": _r(info["util"]),
                     "peers_util_pct": _r(info["peer_util"]), "power_w": _r(info["power"]),
                     "peers_power_w": _r(info["peer_power"]), "throttled_share": round(info["throttled"], 3),
                     "throttle_reasons": info["bits"], "peers": info["peers"], "level": info["level"],
                     "score": info["score"]}
-        return _event("straggler", info["target"], status, st, info, summary, evidence)
+        return _event("straggler", info["target"], status, st, resolved_at, info, summary, evidence)
 
     def end(self, ts: float, out: Output) -> None:
         """The job is gone from every node."""
         self.incidents.close_all(ts, self._describe, out)
         self.gpus, self.where, self.epoch = {}, {}, None
 
-    def to_state(self) -> list:
-        return [{u: list(w) for u, w in self.gpus.items()}, self.where, self.epoch, self.incidents.to_state(),
-                self.interval]
+    def to_state(self) -> dict:
+        return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
+                "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
+                "incidents": self.incidents.to_state(), "interval": self.interval}
 
     @classmethod
-    def from_state(cls, state: list) -> JobDetector:
+    def from_state(cls, state: dict) -> JobDetector:
         d = cls()
-        gpus, d.where, d.epoch, incidents, d.interval = state
-        d.gpus = {u: deque(tuple(s) for s in w) for u, w in gpus.items()}
-        d.incidents = Incidents.from_state(incidents)
+        try:
+            d.gpus = {u: load_points(w, JobPoint, "job detector") for u, w in state["gpus"].items()}
+            d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
+            d.epoch, d.interval = state["epoch"], state["interval"]
+            d.incidents = Incidents.from_state(state["incidents"])
+        except KeyError as err:
+            raise StateError(f"job detector: saved state lacks {err}") from None
         return d
 
 

@@ -19,8 +19,19 @@ from collections import deque
 
 from gpufleet.collectors.telemetry import Telemetry
 
+from .state import StateError
+
 ACCEPTED, DUPLICATE, LATE, REPLAYED = "accepted", "duplicate", "late", "replayed"
 HELD = "held"      # a repeat of a message still waiting: its reference is done when that one is
+
+
+class Waiting:
+    """A message waiting for the watermark, and the references of every input that carried it."""
+
+    __slots__ = ("msg", "refs")
+
+    def __init__(self, msg: Telemetry, ref) -> None:
+        self.msg, self.refs = msg, [ref]
 
 
 class Gate:
@@ -28,7 +39,7 @@ class Gate:
 
     def __init__(self):
         self.max_ts: float | None = None
-        self.pending: dict[float, list] = {}          # ts -> [message, refs]
+        self.pending: dict[float, Waiting] = {}
         self.released: set[float] = set()
         self._released_order: deque[float] = deque()
 
@@ -43,16 +54,16 @@ class Gate:
             return (DUPLICATE if ts in self.released else LATE), []
         held = self.pending.get(ts)
         if held is not None:
-            known = {g.uuid for g in held[0].gpus}
+            known = {g.uuid for g in held.msg.gpus}
             new = [g for g in msg.gpus if g.uuid not in known]
-            held[1].append(ref)
+            held.refs.append(ref)
             if not new:
                 # the same input may even be delivered twice; acknowledging the repeat now could
                 # commit past the original before what it carries is durable
                 return HELD, []
-            held[0] = held[0].model_copy(update={"gpus": [*held[0].gpus, *new]})
+            held.msg = held.msg.model_copy(update={"gpus": [*held.msg.gpus, *new]})
             return ACCEPTED, []
-        self.pending[ts] = [msg, [ref]]
+        self.pending[ts] = Waiting(msg, ref)
         if self.max_ts is None or ts > self.max_ts:
             self.max_ts = ts
             return ACCEPTED, self._release(ts - lateness_s, horizon_s)
@@ -69,7 +80,10 @@ class Gate:
             ready = [ts] if ts < watermark else []
         else:
             ready = sorted(t for t in pending if t < watermark)
-        out = [tuple(pending.pop(t)) for t in ready]
+        out = []
+        for t in ready:
+            w = pending.pop(t)
+            out.append((w.msg, w.refs))
         released, order = self.released, self._released_order
         released.update(ready)
         order.extend(ready)
@@ -79,13 +93,18 @@ class Gate:
                 released.discard(order.popleft())
         return out
 
-    def to_state(self) -> list:
-        return [self.max_ts, list(self._released_order)]
+    def to_state(self) -> dict:
+        """The newest time seen and the released times still remembered (waiting messages are left out)."""
+        return {"max_ts": self.max_ts, "released": list(self._released_order)}
 
     @classmethod
-    def from_state(cls, state: list) -> Gate:
+    def from_state(cls, state: dict) -> Gate:
         gate = cls()
-        gate.max_ts, order = state
+        try:
+            gate.max_ts, order = state["max_ts"], state["released"]
+        except (KeyError, TypeError):
+            raise StateError(f"gate: saved state {sorted(state) if isinstance(state, dict) else state!r} lacks "
+                             "max_ts or released") from None
         gate._released_order.extend(order)
         gate.released.update(order)
         return gate

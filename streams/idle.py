@@ -10,6 +10,7 @@ when the run ends. Samples arrive here in ts order (see eventtime.py).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 
 from gpufleet.collectors.telemetry import Telemetry
@@ -17,32 +18,34 @@ from gpufleet.collectors.telemetry import Telemetry
 from .config import StreamConfig
 from .events import alert
 from .output import Output, Table
+from .state import StateError, save_fields, load_fields
 
 IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "node", "pool", "gpu_index", "tenant",
                                       "job", "duration_s", "samples", "max_util_pct", "end_reason", "open"))
 
 
+@dataclass(slots=True)
 class Run:
-    __slots__ = ("start", "last", "interval", "tenant", "job", "index", "pool", "samples", "max_util", "detected",
-                 "price")
+    """One GPU's run of idle samples."""
 
-    def __init__(self, ts: float, interval: float, tenant: str, job: str | None, index: int, pool: str | None,
-                 price: float = 0.0):
-        self.start = self.last = ts
-        self.interval, self.tenant, self.job, self.index, self.pool = interval, tenant, job, index, pool
-        self.price = price
-        self.samples, self.max_util = 0, 0.0
-        self.detected: float | None = None   # ts of the sample that completed the window
+    start: float                  # ts of its first sample
+    last: float                   # ts of its latest sample
+    interval: float               # sampling interval of the latest sample
+    tenant: str
+    job: str | None
+    index: int
+    pool: str | None
+    price: float                  # price of one GPU-hour, for the cost
+    samples: int = 0
+    max_util: float = 0.0
+    detected: float | None = None  # ts of the sample that completed the window
 
-    def to_state(self) -> list:
-        return [getattr(self, k) for k in self.__slots__]
+    def to_state(self) -> dict:
+        return save_fields(self)
 
     @classmethod
-    def from_state(cls, state: list) -> Run:
-        run = cls.__new__(cls)
-        for k, v in zip(cls.__slots__, state):
-            setattr(run, k, v)
-        return run
+    def from_state(cls, state: dict) -> Run:
+        return load_fields(cls, state, "idle run")
 
     @property
     def end(self) -> float:
@@ -98,8 +101,8 @@ class IdleTracker:
             if not idle:
                 continue
             if run is None:
-                run = runs[g.uuid] = Run(ts, interval, tenant, g.job, g.index, msg.pool,
-                                         cfg.price_of(msg.pool, g.model))
+                run = runs[g.uuid] = Run(start=ts, last=ts, interval=interval, tenant=tenant, job=g.job,
+                                         index=g.index, pool=msg.pool, price=cfg.price_of(msg.pool, g.model))
             run.last, run.interval = ts, interval
             run.samples += 1
             if util > run.max_util:
@@ -145,6 +148,8 @@ class IdleTracker:
 
     @classmethod
     def from_state(cls, state: dict) -> IdleTracker:
+        if not isinstance(state, dict):
+            raise StateError("idle runs: saved state is not a mapping of GPU uuid to run")
         t = cls()
         t.runs = {u: Run.from_state(r) for u, r in state.items()}
         return t

@@ -14,84 +14,97 @@ A node seen for the first time after the job's watermark passed its samples
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .detect import Detection, JobDetector
+from .jobsample import CLOCK, POWER, UTIL, UUID
 from .output import Output, Table
+from .state import StateError, check_version, load_fields, save_fields
+
+STATE_VERSION = 1
 
 JOB_ROLLUP = Table("job_rollup_1m", (
     "minute", "job", "tenant", "pool", "nodes", "gpus", "samples", "util_pct_mean", "util_pct_min_gpu",
     "util_pct_max_gpu", "sm_clock_mhz_mean", "sm_clock_mhz_min_gpu", "power_w_mean", "slowest_gpu",
     "slowest_node"))
 
-# fields of one GPU in a job sample, in order
-JOB_GPU_FIELDS = ("uuid", "index", "util_pct", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w",
-                  "temp_c", "throttle_reasons", "mem_used_bytes", "mem_total_bytes")
+@dataclass(slots=True)
+class GpuSums:
+    """One GPU's sums over a job-minute, each metric with its own count."""
 
-
-def job_samples(msg, out: Output, known: set[str]) -> set[str]:
-    """The job samples of one released node message, and leave marks for jobs gone from the node."""
-    by_job: dict[str, list] = {}
-    tenants = {}
-    for g in msg.gpus:
-        if g.job is not None:
-            by_job.setdefault(g.job, []).append([getattr(g, f) for f in JOB_GPU_FIELDS])
-            tenants[g.job] = g.tenant
-    for job, gpus in by_job.items():
-        out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "tenant": tenants[job],
-                                "pool": msg.pool, "interval": msg.interval_s, "gpus": gpus})
-    for job in known.difference(by_job):
-        out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "leave": True})
-    return set(by_job)
+    node: str
+    util_n: int = 0
+    util_sum: float = 0.0
+    clock_n: int = 0
+    clock_sum: float = 0.0
+    power_n: int = 0
+    power_sum: float = 0.0
 
 
 class JobMinute:
-    """Per-GPU sums over one minute: util, sm clock, power (each with its own count)."""
+    """Per-GPU sums over one minute (util, SM clock, power) and the job's power at each tick."""
 
     __slots__ = ("gpus", "samples", "power_ticks")
 
     def __init__(self):
-        self.gpus: dict[str, list] = {}      # uuid -> [node, n_util, util, n_clock, clock, n_power, power]
+        self.gpus: dict[str, GpuSums] = {}
         self.samples = 0
-        self.power_ticks: dict[float, float] = {}   # ts bucket -> job power at that tick
+        self.power_ticks: dict[int, float] = {}   # ts (rounded) -> job power at that tick
 
     def add(self, node: str, ts: float, gpus: list) -> None:
         self.samples += 1
         power = 0.0
         for g in gpus:
-            acc = self.gpus.get(g[0])
+            acc = self.gpus.get(g[UUID])
             if acc is None:
-                acc = self.gpus[g[0]] = [node, 0, 0.0, 0, 0.0, 0, 0.0]
-            if g[2] is not None:
-                acc[1] += 1
-                acc[2] += g[2]
-            if g[3] is not None:
-                acc[3] += 1
-                acc[4] += g[3]
-            if g[5] is not None:
-                acc[5] += 1
-                acc[6] += g[5]
-                power += g[5]
+                acc = self.gpus[g[UUID]] = GpuSums(node)
+            if g[UTIL] is not None:
+                acc.util_n += 1
+                acc.util_sum += g[UTIL]
+            if g[CLOCK] is not None:
+                acc.clock_n += 1
+                acc.clock_sum += g[CLOCK]
+            if g[POWER] is not None:
+                acc.power_n += 1
+                acc.power_sum += g[POWER]
+                power += g[POWER]
         self.power_ticks[round(ts)] = self.power_ticks.get(round(ts), 0.0) + power
 
     def row(self, minute: int, job: str, tenant, pool) -> tuple:
-        util = [a[2] / a[1] for a in self.gpus.values() if a[1]]
-        clocks = {u: a[4] / a[3] for u, a in self.gpus.items() if a[3]}
+        util = [a.util_sum / a.util_n for a in self.gpus.values() if a.util_n]
+        clocks = {u: a.clock_sum / a.clock_n for u, a in self.gpus.items() if a.clock_n}
         slowest = min(clocks, key=lambda u: (clocks[u], u)) if clocks else ""
-        return (minute, job, tenant or "", pool or "", len({a[0] for a in self.gpus.values()}), len(self.gpus),
+        return (minute, job, tenant or "", pool or "", len({a.node for a in self.gpus.values()}), len(self.gpus),
                 self.samples, sum(util) / len(util) if util else None, min(util) if util else None,
                 max(util) if util else None, sum(clocks.values()) / len(clocks) if clocks else None,
                 clocks[slowest] if clocks else None,
                 sum(self.power_ticks.values()) / len(self.power_ticks) if self.power_ticks else None,
-                slowest, self.gpus[slowest][0] if slowest else "")
+                slowest, self.gpus[slowest].node if slowest else "")
 
-    def to_state(self) -> list:
-        return [self.gpus, self.samples, [[k, v] for k, v in self.power_ticks.items()]]
+    def to_state(self) -> dict:
+        return {"gpus": {u: save_fields(a) for u, a in self.gpus.items()}, "samples": self.samples,
+                "power_ticks": [[k, v] for k, v in self.power_ticks.items()]}
 
     @classmethod
-    def from_state(cls, state: list) -> JobMinute:
+    def from_state(cls, state: dict) -> JobMinute:
         m = cls.__new__(cls)
-        m.gpus, m.samples, ticks = state
-        m.power_ticks = {k: v for k, v in ticks}
+        try:
+            m.gpus = {u: load_fields(GpuSums, a, "job minute GPU") for u, a in state["gpus"].items()}
+            m.samples = state["samples"]
+            m.power_ticks = {k: v for k, v in state["power_ticks"]}
+        except KeyError as err:
+            raise StateError(f"job minute: saved state lacks {err}") from None
         return m
+
+
+@dataclass(slots=True)
+class WaitingSample:
+    """A job sample waiting until every node of the job has passed its time (not saved)."""
+
+    ts: float
+    node: str
+    sample: dict
+    refs: list
 
 
 class JobProcessor:
@@ -104,7 +117,7 @@ class JobProcessor:
         self.job = job
         self.nodes: dict[str, float] = {}        # node -> its latest ts admitted
         self.released: dict[str, float] = {}     # node -> its latest ts released
-        self.pending: list = []                  # [ts, node, sample, refs]
+        self.pending: list[WaitingSample] = []
         self.frontier = float("-inf")            # everything at or before it is released
         self.minute: int | None = None
         self.acc = JobMinute()
@@ -123,9 +136,9 @@ class JobProcessor:
             out.done.append(ref)
         elif ts <= self.nodes.get(node, float("-inf")):
             out.counts["job_duplicates"] += 1      # each node's samples come in order: this one came before
-            waiting = next((p for p in self.pending if p[0] == ts and p[1] == node), None)
+            waiting = next((p for p in self.pending if p.ts == ts and p.node == node), None)
             if waiting is not None:
-                waiting[3].append(ref)             # done when the one it repeats is (it may be the same input)
+                waiting.refs.append(ref)           # done when the one it repeats is (it may be the same input)
             else:
                 out.done.append(ref)
             return
@@ -133,7 +146,7 @@ class JobProcessor:
             if node not in self.nodes and ts <= self.frontier:
                 out.counts["job_late"] += 1
             self.nodes[node] = ts
-            self.pending.append([ts, node, sample, [ref]])
+            self.pending.append(WaitingSample(ts, node, sample, [ref]))
             if now is not None:
                 self.heard[node] = now
             # a node that stopped reporting (it died) must not hold the job back for ever
@@ -152,16 +165,16 @@ class JobProcessor:
     def _release(self, watermark: float, out: Output, detection: Detection | None = None) -> None:
         if not self.pending:
             return
-        ready = [p for p in self.pending if p[0] <= watermark]
+        ready = [p for p in self.pending if p.ts <= watermark]
         if not ready:
             return
-        self.pending = [p for p in self.pending if p[0] > watermark]
-        ready.sort(key=lambda p: (p[0], p[1]))
-        for ts, node, sample, refs in ready:
-            self._process(ts, node, sample, out, detection)
-            self.released[node] = ts
-            out.done.extend(refs)
-        self.frontier = max(self.frontier, ready[-1][0])
+        self.pending = [p for p in self.pending if p.ts > watermark]
+        ready.sort(key=lambda p: (p.ts, p.node))
+        for p in ready:
+            self._process(p.ts, p.node, p.sample, out, detection)
+            self.released[p.node] = p.ts
+            out.done.extend(p.refs)
+        self.frontier = max(self.frontier, ready[-1].ts)
 
     def _process(self, ts: float, node: str, sample: dict, out: Output, detection: Detection | None) -> None:
         minute = int(ts // 60) * 60
@@ -191,19 +204,26 @@ class JobProcessor:
         """No node runs the job any more and nothing waits."""
         return not self.nodes and not self.pending
 
-    def to_state(self) -> list:
+    def to_state(self) -> dict:
         """Waiting samples are left out (they were not acknowledged: they come again after a restart),
         so each node's progress is saved as of what was released."""
         frontier = self.frontier if self.frontier != float("-inf") else None
         nodes = {n: self.released[n] for n in self.nodes if n in self.released}
-        return [nodes, frontier, self.minute, self.acc.to_state(), self.tenant, self.pool, self.detect.to_state()]
+        return {"v": STATE_VERSION, "nodes": nodes, "frontier": frontier, "minute": self.minute,
+                "acc": self.acc.to_state(), "tenant": self.tenant, "pool": self.pool,
+                "detect": self.detect.to_state()}
 
     @classmethod
-    def from_state(cls, job: str, state: list) -> JobProcessor:
+    def from_state(cls, job: str, state: dict) -> JobProcessor:
+        check_version(f"job {job}", state, STATE_VERSION)
         p = cls(job)
-        p.nodes, frontier, p.minute, acc, p.tenant, p.pool, detect = state
-        p.detect = JobDetector.from_state(detect)
+        try:
+            p.nodes, frontier, p.minute = dict(state["nodes"]), state["frontier"], state["minute"]
+            p.tenant, p.pool = state["tenant"], state["pool"]
+            p.detect = JobDetector.from_state(state["detect"])
+            p.acc = JobMinute.from_state(state["acc"])
+        except KeyError as err:
+            raise StateError(f"job {job}: saved state lacks {err}") from None
         p.released = dict(p.nodes)
         p.frontier = float("-inf") if frontier is None else frontier
-        p.acc = JobMinute.from_state(acc)
         return p

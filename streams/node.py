@@ -7,12 +7,13 @@ from .config import StreamConfig
 from .detect import Detection, NodeDetectors
 from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
-from .jobs import job_samples
+from .jobsample import job_samples
 from .output import Output
 from .rollups import MinuteRollups
+from .state import StateError, check_version
 from .samples import sample_rows
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 class NodeProcessor:
@@ -25,7 +26,7 @@ class NodeProcessor:
         self.idle = IdleTracker()
         self.jobs: set[str] = set()          # jobs on this node in its latest sample
         self.detect = NodeDetectors()
-        self.position: list | None = None    # [partition, offset] of the newest input admitted
+        self.position: tuple[int, int] | None = None    # (partition, offset) of the newest input admitted
 
     def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None,
              detection: Detection | None = None, position: tuple[int, int] | None = None) -> str:
@@ -46,7 +47,7 @@ class NodeProcessor:
                     and position[1] <= seen[1]:
                 status = REPLAYED
             elif seen is None or seen[0] != position[0] or position[1] > seen[1]:
-                self.position = list(position)
+                self.position = position
         if status != ACCEPTED and not held:
             out.done.append(ref)
         for m, refs in ready:
@@ -75,18 +76,23 @@ class NodeProcessor:
     def to_state(self) -> dict:
         """Everything but the messages still waiting for the watermark (see eventtime.py)."""
         return {"v": STATE_VERSION, "gate": self.gate.to_state(), "rollups": self.rollups.to_state(),
-                "idle": self.idle.to_state(), "jobs": sorted(self.jobs), "detect": self.detect.to_state(), "position": self.position}
+                "idle": self.idle.to_state(), "jobs": sorted(self.jobs), "detect": self.detect.to_state(),
+                "position": None if self.position is None else {"partition": self.position[0],
+                                                                "offset": self.position[1]}}
 
     @classmethod
     def from_state(cls, name: str, state: dict) -> NodeProcessor:
-        if state.get("v") != STATE_VERSION:
-            raise ValueError(f"node state version {state.get('v')!r} is not {STATE_VERSION}")
+        check_version(f"node {name}", state, STATE_VERSION)
         p = cls.__new__(cls)
         p.name = name
-        p.gate = Gate.from_state(state["gate"])
-        p.rollups = MinuteRollups.from_state(state["rollups"])
-        p.idle = IdleTracker.from_state(state["idle"])
-        p.jobs = set(state["jobs"])
-        p.detect = NodeDetectors.from_state(state["detect"])
-        p.position = state["position"]
+        try:
+            p.gate = Gate.from_state(state["gate"])
+            p.rollups = MinuteRollups.from_state(state["rollups"])
+            p.idle = IdleTracker.from_state(state["idle"])
+            p.jobs = set(state["jobs"])
+            p.detect = NodeDetectors.from_state(state["detect"])
+            position = state["position"]
+        except KeyError as err:
+            raise StateError(f"node {name}: saved state lacks {err}") from None
+        p.position = None if position is None else (position["partition"], position["offset"])
         return p

@@ -11,6 +11,7 @@ from operator import attrgetter
 from gpufleet.collectors.telemetry import Telemetry
 
 from .output import Output, Table
+from .state import StateError
 
 GPU_METRICS = ("util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_clock_mhz",
                "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")
@@ -58,13 +59,18 @@ class Stats:
             else:
                 a[0], a[1], a[2], a[3] = 1, v, v, v
 
-    def to_state(self) -> list:
-        return self.acc
+    def to_state(self) -> dict:
+        """Per metric, in the order the caller names them: count, sum, min and max as four columns."""
+        return {"n": [a[0] for a in self.acc], "sum": [a[1] for a in self.acc], "min": [a[2] for a in self.acc],
+                "max": [a[3] for a in self.acc]}
 
     @classmethod
-    def from_state(cls, acc: list) -> Stats:
+    def from_state(cls, state: dict, width: int) -> Stats:
+        cols = [state.get(k) for k in ("n", "sum", "min", "max")]
+        if any(c is None or len(c) != width for c in cols):
+            raise StateError(f"rollup statistics: saved state needs n, sum, min and max of {width} metrics each")
         stats = cls.__new__(cls)
-        stats.acc = acc
+        stats.acc = [list(a) for a in zip(*cols)]
         return stats
 
     def columns(self) -> list:
@@ -94,14 +100,21 @@ class GpuMinute:
             self.xids += len(g.xid_events)
         self.last = (g.index, g.model or "", g.tenant or "", g.job or "")
 
-    def to_state(self) -> list:
-        return [self.stats.to_state(), self.samples, self.throttled, self.xids, list(self.last)]
+    def to_state(self) -> dict:
+        index, model, tenant, job = self.last or (None, None, None, None)
+        return {"stats": self.stats.to_state(), "samples": self.samples, "throttled": self.throttled,
+                "xids": self.xids, "index": index, "model": model, "tenant": tenant, "job": job}
 
     @classmethod
-    def from_state(cls, state: list) -> GpuMinute:
+    def from_state(cls, state: dict) -> GpuMinute:
         acc = cls.__new__(cls)
-        stats, acc.samples, acc.throttled, acc.xids, last = state
-        acc.stats, acc.last = Stats.from_state(stats), tuple(last)
+        try:
+            acc.stats = Stats.from_state(state["stats"], len(GPU_METRICS))
+            acc.samples, acc.throttled, acc.xids = state["samples"], state["throttled"], state["xids"]
+            last = (state["index"], state["model"], state["tenant"], state["job"])
+        except KeyError as err:
+            raise StateError(f"GPU minute: saved state lacks {err}") from None
+        acc.last = () if last[0] is None else last
         return acc
 
 
@@ -125,14 +138,17 @@ class NodeMinute:
         self.gpus = max(self.gpus, len(gpus))
         self.pool = msg.pool
 
-    def to_state(self) -> list:
-        return [self.stats.to_state(), self.samples, self.gpus, self.pool]
+    def to_state(self) -> dict:
+        return {"stats": self.stats.to_state(), "samples": self.samples, "gpus": self.gpus, "pool": self.pool}
 
     @classmethod
-    def from_state(cls, state: list) -> NodeMinute:
+    def from_state(cls, state: dict) -> NodeMinute:
         acc = cls.__new__(cls)
-        stats, acc.samples, acc.gpus, acc.pool = state
-        acc.stats = Stats.from_state(stats)
+        try:
+            acc.stats = Stats.from_state(state["stats"], len(NODE_METRICS))
+            acc.samples, acc.gpus, acc.pool = state["samples"], state["gpus"], state["pool"]
+        except KeyError as err:
+            raise StateError(f"node minute: saved state lacks {err}") from None
         return acc
 
 
@@ -173,13 +189,17 @@ class MinuteRollups:
         out.row(NODE_ROLLUP, (minute, node, pool, n.samples, n.gpus, *n.stats.columns()))
         self.minute, self.node, self.gpus = None, NodeMinute(), {}
 
-    def to_state(self) -> list:
-        return [self.minute, self.node.to_state(), {u: g.to_state() for u, g in self.gpus.items()}]
+    def to_state(self) -> dict:
+        return {"minute": self.minute, "node": self.node.to_state(),
+                "gpus": {u: g.to_state() for u, g in self.gpus.items()}}
 
     @classmethod
-    def from_state(cls, state: list) -> MinuteRollups:
+    def from_state(cls, state: dict) -> MinuteRollups:
         r = cls.__new__(cls)
-        r.minute, node, gpus = state
-        r.node = NodeMinute.from_state(node)
-        r.gpus = {u: GpuMinute.from_state(g) for u, g in gpus.items()}
+        try:
+            r.minute = state["minute"]
+            r.node = NodeMinute.from_state(state["node"])
+            r.gpus = {u: GpuMinute.from_state(g) for u, g in state["gpus"].items()}
+        except KeyError as err:
+            raise StateError(f"minute rollups: saved state lacks {err}") from None
         return r

@@ -81,8 +81,8 @@ def test_incidents_fire_once_and_resolve_with_one_id():
     km.persist_on, km.persist_off = 2, 3
     inc, out = Incidents(), Output()
 
-    def describe(status, info, st):
-        return {"status": status, "started": st[4], "detected": st[3], "resolved": st[6] if len(st) > 6 else None}
+    def describe(status, info, st, resolved_at):
+        return {"status": status, "started": st.started_at, "detected": st.detected_at, "resolved": resolved_at}
 
     for ts, positive in ((0, True), (30, False), (60, True), (90, True), (120, True), (150, False), (180, True),
                          (210, False), (240, False), (270, False), (300, False)):

@@ -1,0 +1,32 @@
+"""The job sample: what the node stage hands the job stage for one job at one tick (a compact wire format).
+
+``{"job", "node", "ts", "tenant", "pool", "interval", "gpus"}`` where each GPU is a list of
+``JOB_GPU_FIELDS`` (read through the positions named below), or ``{"job", "node", "ts", "leave": True}``
+when the job is gone from the node.
+"""
+from __future__ import annotations
+
+from .output import Output
+
+# fields of one GPU in a job sample, in order (a compact wire format: a list per GPU, read through the
+# positions named below)
+JOB_GPU_FIELDS = ("uuid", "index", "util_pct", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w",
+                  "temp_c", "throttle_reasons", "mem_used_bytes", "mem_total_bytes")
+(UUID, INDEX, UTIL, CLOCK, CLOCK_MAX, POWER, POWER_LIMIT, TEMP, THROTTLE, MEM_USED, MEM_TOTAL) = \
+    range(len(JOB_GPU_FIELDS))
+
+
+def job_samples(msg, out: Output, known: set[str]) -> set[str]:
+    """The job samples of one released node message, and leave marks for jobs gone from the node."""
+    by_job: dict[str, list] = {}
+    tenants = {}
+    for g in msg.gpus:
+        if g.job is not None:
+            by_job.setdefault(g.job, []).append([getattr(g, f) for f in JOB_GPU_FIELDS])
+            tenants[g.job] = g.tenant
+    for job, gpus in by_job.items():
+        out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "tenant": tenants[job],
+                                "pool": msg.pool, "interval": msg.interval_s, "gpus": gpus})
+    for job in known.difference(by_job):
+        out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "leave": True})
+    return set(by_job)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 
 from gpufleet.sql import StoreUnavailable
 
@@ -39,21 +39,20 @@ def dead_row(d: dict) -> tuple:
 
 class Sink:
     def __init__(self, store, max_rows: int = 50_000, max_delay_s: float = 2.0,
-                 backoff_s: tuple[float, float] = (0.5, 10.0), give_up_after_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 backoff_s: tuple[float, float] = (0.5, 10.0)):
         if max_rows < 1 or max_delay_s < 0:
             raise ValueError("max_rows must be >= 1 and max_delay_s >= 0")
         self.store, self.max_rows, self.max_delay_s = store, max_rows, max_delay_s
-        self.backoff_s, self.give_up_after_s = backoff_s, give_up_after_s
-        self.clock, self.sleep = clock, sleep
+        self.backoff_s = backoff_s
         self.buffer: dict[Table, list[tuple]] = {}
         self.buffered = 0
         self.oldest: float | None = None
         self.written: dict[str, int] = {}
         self.failures = 0
         self.unavailable_since: float | None = None     # wall time of the first failure of a retry run
+        self.unavailable_total_s = 0.0                  # over retry runs that ended
 
-    def add(self, rows: dict[Table, list[tuple]], events: list[dict] = (), dead: list[dict] = ()) -> None:
+    def add(self, rows: dict[Table, list[tuple]], events: Sequence[dict] = (), dead: Sequence[dict] = ()) -> None:
         if events:
             rows = {**rows, ALERTS: [alert_row(e) for e in events if e["schema"] == "gpufleet.alert.v1"]}
         if dead:
@@ -63,18 +62,36 @@ class Sink:
                 self.buffer.setdefault(table, []).extend(new)
                 self.buffered += len(new)
         if self.buffered and self.oldest is None:
-            self.oldest = self.clock()
+            self.oldest = time.monotonic()
+
+    def unavailable_s(self) -> float:
+        """Seconds the store has been unavailable, in all, the current outage included."""
+        since = self.unavailable_since
+        return self.unavailable_total_s + (time.time() - since if since is not None else 0.0)
+
+    def discard(self) -> None:
+        """Drop everything buffered (after a rebalance the inputs behind it come again)."""
+        self.buffer, self.buffered, self.oldest = {}, 0, None
 
     def due(self) -> bool:
         return self.buffered >= self.max_rows or (
-            self.oldest is not None and self.clock() - self.oldest >= self.max_delay_s)
+            self.oldest is not None and time.monotonic() - self.oldest >= self.max_delay_s)
 
     def flush(self) -> int:
         """Write everything buffered; returns the number of rows that were new to the store."""
+        return self.write(self.take())
+
+    def take(self) -> dict[Table, list[tuple]]:
+        """Hand over everything buffered (to :meth:`write`, perhaps in another thread) and start empty."""
+        buffer = self.buffer
+        self.buffer, self.buffered, self.oldest = {}, 0, None
+        return buffer
+
+    def write(self, buffer: dict[Table, list[tuple]]) -> int:
+        """Write rows taken from the buffer, retrying while the store is unavailable; returns how many were new."""
         new = 0
-        for table in list(self.buffer):
-            rows = self.buffer[table]
-            delay, started = self.backoff_s[0], self.clock()
+        for table, rows in buffer.items():
+            delay = self.backoff_s[0]
             while True:
                 try:
                     n = self.store.write(table.name, table.columns, rows, dedup=table.dedup)
@@ -82,16 +99,13 @@ class Sink:
                 except StoreUnavailable as err:
                     self.failures += 1
                     self.unavailable_since = self.unavailable_since or time.time()
-                    if self.give_up_after_s is not None and self.clock() - started > self.give_up_after_s:
-                        raise
                     log.warning("store unavailable, %d rows for %s held, retrying in %.1f s: %s",
                                 len(rows), table.name, delay, err)
-                    self.sleep(delay)
+                    time.sleep(delay)
                     delay = min(delay * 2, self.backoff_s[1])
-            self.unavailable_since = None
+            if self.unavailable_since is not None:
+                self.unavailable_total_s += time.time() - self.unavailable_since
+                self.unavailable_since = None
             new += n
             self.written[table.name] = self.written.get(table.name, 0) + n
-            self.buffered -= len(rows)
-            del self.buffer[table]
-        self.oldest = None
         return new

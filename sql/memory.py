@@ -1,0 +1,29 @@
+"""A store double for unit tests of what writes to the store: rows kept in memory, outages on demand.
+
+Not a database: it answers no query. Tests of SQL, of idempotent writes and of the materialized views
+talk to the real ClickHouse engine (tests/integration).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from . import StoreUnavailable
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple]] = {}
+        self.unavailable = 0                      # the next this-many writes fail as if the store were down
+        self.before_write: Callable[[str], None] | None = None   # called first (to block, or to record order)
+
+    def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
+        if self.before_write is not None:
+            self.before_write(table)
+        if self.unavailable:
+            self.unavailable -= 1
+            raise StoreUnavailable(f"{table}: the memory store is down (as asked)")
+        self.rows.setdefault(table, []).extend(rows)
+        return len(rows)
+
+    def count(self, table: str) -> int:
+        return len(self.rows.get(table, ()))

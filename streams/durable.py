@@ -1,0 +1,301 @@
+"""The durable-batch protocol of a stream stage: nothing lost, nothing counted twice.
+
+A stage consumes a log (Kafka) at least once and keeps its processors' state
+in a changelog table. Each batch of input goes through these steps, in order,
+so that a worker killed at any moment loses nothing and counts nothing twice:
+
+1. process the inputs (the same plain-Python processors as the embedded mode);
+   results gather until the sink is due (``store.batch_rows`` rows or
+   ``store.batch_seconds`` since the oldest), or at once when it has no bound;
+2. write the rows to the store (idempotent, retried while it is down: the
+   stage waits, so memory stays bounded) while, at the same time, alerts, dead
+   letters and job samples go to their topics and the broker acknowledges them;
+3. save each touched processor's state to its table and wait for the broker;
+4. acknowledge, in offset order, the inputs whose results are all durable.
+
+After a crash, state comes back from the changelog and the inputs after the
+committed offset come again: those already in the saved state are recognised
+(by offset) and ignored, the others are processed, and the rows they give
+are stored once. A rebalance while a batch is under way abandons it before it
+saves state or acknowledges anything: the partitions' next owner restores the
+saved state and gets the unacknowledged inputs again.
+
+This module knows nothing of Faust: an input is anything with
+``message.tp``, ``message.offset``, ``message.generation_id`` and ``value``
+(Faust's events have them), and the stage talks to the broker through a
+:class:`Bus` and to the changelog through a :class:`StateTable`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .output import Output
+from .sink import Sink
+
+log = logging.getLogger("gpufleet.worker")
+
+JOB_SAMPLES_PER_MESSAGE = 500      # job samples travel in groups, one Kafka message per group
+
+
+def job_partition(job: str, partitions: int) -> int:
+    """The by-job partition of ``job``: stable across workers and restarts."""
+    return zlib.crc32(job.encode()) % partitions
+
+
+class Bus(Protocol):
+    """The broker as a stage sees it."""
+
+    async def send(self, topic: str, key: bytes | None, partition: int | None, value: bytes) -> Awaitable[Any]:
+        """Queue one message; the awaitable returned completes when the broker has it."""
+
+    async def flush(self) -> None:
+        """Wait until everything queued (state changelog included) is with the broker."""
+
+
+class StateTable(Protocol):
+    """A changelog-backed key-value table: ``partition_of`` says which partition a key's state belongs to."""
+
+    partition_of: dict[bytes, int]
+
+    def __setitem__(self, key: bytes, value: bytes) -> None: ...
+
+    def __delitem__(self, key: bytes) -> None: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+
+class Processor(Protocol):
+    """The processing half of a stage: plain Python over inputs, with state saved per key."""
+
+    def process(self, inputs: list, out: Output) -> dict[bytes, int]:
+        """Process inputs into ``out``; returns the state keys touched, each with its partition."""
+
+    def save(self, key: bytes) -> bytes | None:
+        """The saved state of ``key``, or None when the key is finished (a tombstone)."""
+
+    def forget(self) -> None:
+        """Drop live state: after a rebalance it is restored from the table."""
+
+
+class Share:
+    """One part of an input that carries several items: the input is done when every part is."""
+
+    __slots__ = ("event", "left")
+
+    def __init__(self, event, parts: int):
+        self.event, self.left = event, parts
+
+
+@dataclass
+class Rebalances:
+    """What the stages need to know of rebalances: a counter, and the consumer generation last revoked."""
+
+    seen: int = 0
+    stale_upto: int = -1
+
+    def revoked(self, consumer_generation: int) -> None:
+        self.seen += 1
+        self.stale_upto = consumer_generation
+
+
+@dataclass
+class Topics:
+    """Where a stage's outputs go."""
+
+    alerts: str
+    dead_letters: str
+    by_job: str
+    partitions: int
+    other: dict[str, str] = field(default_factory=dict)     # event schema -> topic (billing, scale, ...)
+
+
+@dataclass
+class Pending:
+    """What processed batches have produced and not yet made durable."""
+
+    events: list = field(default_factory=list)
+    dead: list = field(default_factory=list)
+    job_samples: list = field(default_factory=list)
+    touched: dict = field(default_factory=dict)
+    done: list = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.dead or self.job_samples or self.touched or self.done)
+
+
+class Counts(Protocol):
+    def count(self, stage: str, counts: dict) -> None: ...
+
+    def event(self, stage: str, kind: str, n: int = 1) -> None: ...
+
+    def batch_done(self, stage: str, seconds: float) -> None: ...
+
+
+class Stage:
+    """One stage's batch loop (see the module docstring), around a processor kept live in memory."""
+
+    def __init__(self, name: str, processor: Processor, sink: Sink, bus: Bus, table: StateTable, topics: Topics,
+                 rebalances: Rebalances, metrics: Counts):
+        self.name, self.processor, self.sink, self.bus, self.table = name, processor, sink, bus, table
+        self.topics, self.rebalances, self.metrics = topics, rebalances, metrics
+        self.out = Output()
+        self.pending = Pending()
+        self.lock = asyncio.Lock()
+        self.ack: Callable[[Any], Awaitable[Any]] | None = None
+        self.pending_since: float | None = None      # when the oldest result not yet durable came
+        # Acknowledgements go out in offset order only (see faust_compat.py: Faust may commit past an
+        # input that is not acknowledged when it is the only one at the committed offset).
+        self.received: dict = {}      # tp -> {offset: input} not acknowledged yet
+        self.finished: dict = {}      # tp -> offsets whose results are durable
+
+    def forget(self) -> None:
+        """A rebalance: everything not durable is dropped; it comes again from the committed offsets."""
+        self.received.clear()
+        self.finished.clear()
+        self.pending, self.pending_since = Pending(), None
+        self.out = Output()
+        self.sink.discard()
+        self.processor.forget()
+
+    async def batch(self, inputs: list, ack: Callable[[Any], Awaitable[Any]]) -> None:
+        """Process a batch of inputs, and make everything pending durable when the sink is due.
+
+        ``ack`` acknowledges one input (Faust's ``stream.ack``); it is kept for :meth:`tick`."""
+        self.ack = ack
+        async with self.lock:
+            inputs = self._fresh(inputs)
+            for ev in inputs:
+                tp = ev.message.tp
+                if tp not in self.received:
+                    log.info("%s stage: reading %s/%s from offset %s", self.name, tp.topic, tp.partition,
+                             ev.message.offset)
+                self.received.setdefault(tp, {})[ev.message.offset] = ev
+            out = self.out
+            touched = self.processor.process(inputs, out)
+            rows, events, dead = out.drain()
+            self.sink.add(rows, events, dead)
+            p = self.pending
+            p.events += events
+            p.dead += dead
+            p.job_samples += out.job_samples
+            p.touched.update(touched)
+            p.done += out.done
+            out.job_samples, out.done = [], []
+            if (p or self.sink.buffered) and self.pending_since is None:
+                self.pending_since = time.monotonic()
+            if self.due():
+                await self._make_durable(ack)
+
+    async def tick(self) -> None:
+        """Called periodically: make pending results durable once the sink is due, even without new input."""
+        if self.ack is None or self.pending_since is None:
+            return
+        async with self.lock:
+            if self.due():
+                await self._make_durable(self.ack)
+
+    def due(self) -> bool:
+        """The sink's bound reached (rows or age), or results without rows waiting as long as rows may."""
+        if self.pending_since is None:
+            return False
+        return self.sink.due() or time.monotonic() - self.pending_since >= self.sink.max_delay_s
+
+    def _fresh(self, inputs: list) -> list:
+        stale = self.rebalances.stale_upto
+        fresh = [ev for ev in inputs if (ev.message.generation_id or 0) > stale]
+        if len(fresh) != len(inputs):
+            # Fetched in a consumer generation that has since been revoked (still in the batch buffer, or
+            # taken between the revocation and the next assignment): the consumer is sent back to the
+            # committed offsets, so they come again, in order, after the ones before them. Taken now, they
+            # could move a watermark past inputs not yet replayed, or save state ahead of what the
+            # partition's new owner replays.
+            self.metrics.event(self.name, "stale_skipped", len(inputs) - len(fresh))
+            log.info("%s stage: %d messages fetched before the rebalance skipped", self.name,
+                     len(inputs) - len(fresh))
+        return fresh
+
+    def _sends(self, p: Pending) -> list[tuple[str, bytes | None, int | None, bytes]]:
+        t = self.topics
+        sends: list[tuple[str, bytes | None, int | None, bytes]] = []
+        for e in p.events:
+            topic = t.other.get(e["schema"], t.alerts)
+            key = e["dedup_key"].encode() if "dedup_key" in e else None
+            sends.append((topic, key, None, json.dumps(e).encode()))
+        sends += [(t.dead_letters, None, None, json.dumps(d).encode()) for d in p.dead]
+        groups: dict[int, list] = {}                      # by-job partition -> its samples, in order
+        for sample in p.job_samples:
+            groups.setdefault(job_partition(sample["job"], t.partitions), []).append(sample)
+        for partition, samples in sorted(groups.items()):
+            for i in range(0, len(samples), JOB_SAMPLES_PER_MESSAGE):
+                sends.append((t.by_job, None, partition, json.dumps(samples[i:i + JOB_SAMPLES_PER_MESSAGE]).encode()))
+        return sends
+
+    async def _send_all(self, sends) -> None:
+        delivered = []
+        for topic, key, partition, value in sends:       # one at a time: a job's samples keep their order
+            delivered.append(await self.bus.send(topic, key, partition, value))
+        for fut in delivered:
+            await fut                                     # acknowledged by the broker
+
+    async def _make_durable(self, ack: Callable[[Any], Awaitable[Any]]) -> None:
+        p, self.pending, self.pending_since = self.pending, Pending(), None
+        generation = self.rebalances.seen
+        started = time.monotonic()
+        # the store write and the broker's acknowledgements overlap; state waits for both
+        rows = self.sink.take()
+        await asyncio.gather(asyncio.to_thread(self.sink.write, rows), self._send_all(self._sends(p)))
+        if self.rebalances.seen != generation:
+            # A rebalance happened meanwhile: these partitions may belong to another worker now, which
+            # restored the saved state and gets the unacknowledged inputs again. Rows and events written
+            # so far are idempotent; saving state or acknowledging now could undo its work.
+            self.metrics.event(self.name, "batches_abandoned")
+            return
+        self.table.partition_of.update(p.touched)
+        for key in p.touched:
+            value = self.processor.save(key)
+            if value is None:
+                if key in self.table:
+                    del self.table[key]                   # finished: a tombstone in the changelog
+            else:
+                self.table[key] = value
+        await self.bus.flush()
+        if self.rebalances.seen != generation:
+            self.metrics.event(self.name, "batches_abandoned")
+            return
+        await self._acknowledge(p.done, ack)
+        self.metrics.count(self.name, self.out.counts)
+        self.out.counts.clear()
+        self.metrics.batch_done(self.name, time.monotonic() - started)
+
+    async def _acknowledge(self, done: Iterable, ack: Callable[[Any], Awaitable[Any]]) -> None:
+        for ev in done:
+            if isinstance(ev, Share):
+                ev.left -= 1
+                if ev.left:
+                    continue
+                ev = ev.event
+            if ev is not None:
+                self.finished.setdefault(ev.message.tp, set()).add(ev.message.offset)
+        for tp, waiting in self.received.items():
+            finished = self.finished.get(tp, set())
+            for offset in sorted(waiting):
+                if offset not in finished:
+                    break
+                finished.discard(offset)
+                await ack(waiting.pop(offset))
+
+
+class MemoryTable(dict):
+    """A :class:`StateTable` in memory (tests, and a worker's view of its table)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partition_of: dict[bytes, int] = {}
+

@@ -1,0 +1,194 @@
+"""The durable-batch protocol (streams/durable.py) against an in-memory stream, bus, table and store."""
+import asyncio
+import json
+import threading
+from collections import namedtuple
+from dataclasses import dataclass
+
+from helpers import gpu, message
+
+from gpufleet.sql.memory import MemoryStore
+from gpufleet.streams.config import StreamConfig
+from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
+from gpufleet.streams.jobs import JobProcessor
+from gpufleet.streams.metrics import WorkerMetrics
+from gpufleet.streams.node import NodeProcessor
+from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.sink import Sink
+from gpufleet.streams.stages import NodeStage, saved
+
+TP = namedtuple("TP", "topic partition")
+TOPIC = "telemetry"
+
+
+@dataclass
+class Msg:
+    tp: TP
+    offset: int
+    generation_id: int = 1
+
+    @property
+    def topic(self):
+        return self.tp.topic
+
+    @property
+    def partition(self):
+        return self.tp.partition
+
+
+@dataclass
+class Event:
+    message: Msg
+    value: bytes
+
+
+def events(messages, partition=0, start=0, generation=1):
+    return [Event(Msg(TP(TOPIC, partition), start + i, generation), json.dumps(m).encode())
+            for i, m in enumerate(messages)]
+
+
+class Log(list):
+    """Every durable step, in the order it happened."""
+
+
+class MemoryBus:
+    def __init__(self, log: Log):
+        self.log, self.sent = log, []
+
+    async def send(self, topic, key, partition, value):
+        self.sent.append((topic, key, partition, json.loads(value)))
+        self.log.append(("send", topic))
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    async def flush(self):
+        self.log.append(("flush",))
+
+
+class LoggedTable(MemoryTable):
+    def __init__(self, log: Log):
+        super().__init__()
+        self.log = log
+
+    def __setitem__(self, key, value):
+        self.log.append(("save", key))
+        super().__setitem__(key, value)
+
+
+class World:
+    """One stage over a pipeline, with everything it talks to in memory."""
+
+    def __init__(self, table=None, store=None, cfg=None, max_rows=1, log=None):
+        self.log = log if log is not None else Log()
+        self.store = store or MemoryStore()
+        self.store.before_write = self.store.before_write or (lambda t: self.log.append(("write", t)))
+        self.table = table if table is not None else LoggedTable(self.log)
+        self.pipeline = Pipeline(cfg or StreamConfig(lateness_s=0), live=False, route_jobs=False, detect=False,
+                                 load_node=saved(self.table, NodeProcessor.from_state),
+                                 load_job=saved(MemoryTable(), JobProcessor.from_state))
+        self.bus, self.rebalances, self.metrics = MemoryBus(self.log), Rebalances(), WorkerMetrics()
+        self.acked = []
+        self.stage = Stage("node", NodeStage(self.pipeline), Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)),
+                           self.bus, self.table, Topics("alerts", "dlq", "by-job", 4), self.rebalances, self.metrics)
+
+    async def ack(self, ev):
+        self.acked.append(ev.message.offset)
+        self.log.append(("ack", ev.message.offset))
+
+    def run(self, batch):
+        asyncio.run(self.stage.batch(batch, self.ack))
+
+    def counted(self, kind):
+        return self.metrics.events.labels("node", kind)._value.get()
+
+
+def ticks(n, node="n1", t0=1000.0, **gpu_fields):
+    return [message(t0 + 5 * i, node=node, gpus=[gpu(0, **gpu_fields)]) for i in range(n)]
+
+
+def test_results_are_durable_before_their_input_is_acknowledged():
+    w = World()
+    w.run(events(ticks(6)))
+    # lateness 0: the newest message waits for the watermark; the others are processed
+    assert w.acked == [0, 1, 2, 3, 4]
+    first_ack = w.log.index(("ack", 0))
+    steps = [s[0] for s in w.log[:first_ack]]
+    assert "write" in steps and ("save", b"n1") in w.log[:first_ack] and steps[-1] == "flush"
+    assert steps.index("flush") > max(i for i, s in enumerate(steps) if s in ("write", "send", "save"))
+    assert w.store.count("gpu_samples") == 5
+    assert w.bus.sent and all(topic == "by-job" for topic, *_ in w.bus.sent)
+
+
+def test_acknowledgements_go_out_in_offset_order_only():
+    w = World(cfg=StreamConfig(lateness_s=12))
+    msgs = ticks(6)
+    # offset 2 is the newest tick: it waits for the watermark while later offsets (older ticks) are done
+    order = [msgs[0], msgs[1], msgs[5], msgs[2], msgs[3], msgs[4]]
+    w.run(events(order))
+    assert w.acked == [0, 1]
+    w.run(events(ticks(4, t0=1030.0), start=6))
+    assert w.acked[:6] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_batch_under_way_when_a_rebalance_starts_is_abandoned():
+    gate, entered = threading.Event(), threading.Event()
+    w = World()
+
+    def slow_write(table):
+        entered.set()
+        gate.wait(5)
+    w.store.before_write = slow_write
+
+    async def scenario():
+        task = asyncio.create_task(w.stage.batch(events(ticks(4)), w.ack))
+        await asyncio.to_thread(entered.wait, 5)
+        w.rebalances.revoked(consumer_generation=1)      # the revocation arrives mid-write
+        w.stage.forget()
+        gate.set()
+        await task
+    asyncio.run(scenario())
+    assert w.acked == [] and len(w.table) == 0, "nothing acknowledged, no state saved"
+    assert w.counted("batches_abandoned") == 1
+    # what the revoked generation fetched and is handed over later is skipped; the next generation goes on
+    w.store.before_write = None
+    w.run(events(ticks(4), generation=1))
+    assert w.acked == [] and w.counted("stale_skipped") == 4
+    w.run(events(ticks(4), generation=2))
+    assert w.acked == [0, 1, 2]
+
+
+def test_a_store_that_fails_and_recovers_loses_nothing_and_holds_the_acknowledgements():
+    store = MemoryStore()
+    store.unavailable = 3
+    w = World(store=store)
+    w.run(events(ticks(5)))
+    assert w.stage.sink.failures == 3 and w.stage.sink.unavailable_since is None
+    assert w.stage.sink.unavailable_s() > 0
+    assert store.count("gpu_samples") == 4 and w.acked == [0, 1, 2, 3]
+
+
+def test_inputs_delivered_again_after_a_restart_are_recognised_by_offset_and_counted_once():
+    table = MemoryTable()
+    first = World(table=table)
+    first.run(events(ticks(8)))
+    assert first.acked == list(range(7))
+    # the worker dies before Faust commits: a new one restores the state and gets everything again
+    again = World(table=table)
+    again.store = first.store
+    again.stage.sink.store = first.store
+    again.run(events(ticks(8)))
+    assert again.pipeline.out is not None
+    assert again.counted("replayed") == 7
+    assert first.store.count("gpu_samples") == 7, "no row written twice"
+    assert again.acked == list(range(7))
+
+
+def test_results_gather_until_the_sink_is_due():
+    w = World(max_rows=10_000)
+    w.stage.sink.max_delay_s = 3600
+    w.run(events(ticks(4)))
+    assert w.acked == [] and w.store.count("gpu_samples") == 0 and w.stage.pending
+    w.stage.sink.max_delay_s = 0
+    asyncio.run(w.stage.tick())
+    assert w.acked == [0, 1, 2] and w.store.count("gpu_samples") == 3

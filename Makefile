@@ -6,45 +6,57 @@ PY       := $(VENV)/bin/python
 SERVICES ?= .services
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv services-start services-stop bench clean help
+.PHONY: demo test lint venv services-start services-stop bench clean help
 
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
 	@echo "make test            all tests, with a local Kafka broker and ClickHouse server started and stopped"
+	@echo "make lint            ruff and mypy, zero findings expected"
 	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
 	@echo "make services-start  start the local Kafka broker and ClickHouse server (env in $(SERVICES)/env)"
 	@echo "make services-stop   stop them"
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpufleet needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+
+# the demo needs the embedded mode only; the tests need every role and the test tools
+$(VENV)/.installed-demo: pyproject.toml setup.py | $(PY)
+	$(PY) -m pip install --quiet -e '.[embedded]'
 	@touch $@
 
-venv: $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml setup.py | $(PY)
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@ $(VENV)/.installed-demo
 
-demo: venv
+venv: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed-demo
 	$(VENV)/bin/gpufleet demo
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(PY) .ci/typecheck.py
 
 # Services are started here when Java is present (Kafka's jars come from Maven Central once);
 # otherwise the test fixtures use testcontainers where a Docker engine answers.
-test: venv
+test: $(VENV)/.installed-test
 	@set -e; \
 	if command -v java >/dev/null 2>&1; then \
 	  trap 'PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES) >/dev/null 2>&1 || true' EXIT INT TERM; \
 	  PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
 	  set -a; . $(SERVICES)/env; set +a; \
 	fi; \
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --durations=15 $(PYTEST_ARGS)
 
-services-start: venv
+services-start: $(VENV)/.installed-test
 	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES)
 
 services-stop:
 	PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES)
 
-bench: venv
+bench: $(VENV)/.installed-test
 	@set -e; \
 	trap 'PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES) >/dev/null 2>&1 || true' EXIT INT TERM; \
 	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
@@ -52,4 +64,4 @@ bench: venv
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(SERVICES)
+	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck

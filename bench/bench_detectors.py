@@ -49,7 +49,8 @@ def main() -> None:
     full = best_of(lambda: run(lines, True))
     mem_base, saved_base = state(lines, False, gpus)
     mem_full, saved_full = state(lines, True, gpus)
-    print(f"{len(lines):,} messages, {samples:,} GPU samples ({args.nodes} nodes x 8 GPUs, {args.hours:g} h); {machine()}")
+    print(f"{len(lines):,} messages, {samples:,} GPU samples ({args.nodes} nodes x 8 GPUs, {args.hours:g} h); "
+          f"{machine()}")
     print("| path | µs per GPU sample | time vs rollups alone | state in memory per GPU | saved state per GPU |")
     print("|---|---:|---:|---:|---:|")
     print(f"| rollups, idle windows, job stage (baseline) | {base / samples * 1e6:.1f} | 1.00x | "

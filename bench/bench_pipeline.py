@@ -50,7 +50,7 @@ def main() -> None:
         embedded.run(source, Pipeline(), None)
 
     def with_store():
-        store = Store.connect(f"chdb://{data_dir}", f"b_{uuid.uuid4().hex[:8]}")
+        store = Store.connect(f"chdb://{data_dir}", f"b_{uuid.uuid4().hex[:8]}", create=True)
         store.migrate()
         embedded.run(source, Pipeline(), Sink(store))
         store.drop()

@@ -35,7 +35,7 @@ def measure(dsn: str, rows: list[tuple]) -> list[tuple[str, float]]:
     cols = list(GPU_ROLLUP.columns)
 
     def fresh() -> Store:
-        store = Store.connect(dsn, f"b_{uuid.uuid4().hex[:8]}")
+        store = Store.connect(dsn, f"b_{uuid.uuid4().hex[:8]}", create=True)
         store.migrate()
         return store
 

@@ -55,7 +55,8 @@ async def ceiling(bootstrap: str, topic: str, n: int) -> float:
 
 def worker_run(bootstrap: str, dsn: str, prefix: str, n: int) -> float:
     port = 6200 + os.getpid() % 500
-    env = {**os.environ, "GPUFLEET_KAFKA__BOOTSTRAP": bootstrap, "GPUFLEET_KAFKA__TELEMETRY_TOPIC": f"{prefix}.telemetry",
+    env = {**os.environ, "GPUFLEET_KAFKA__BOOTSTRAP": bootstrap,
+           "GPUFLEET_KAFKA__TELEMETRY_TOPIC": f"{prefix}.telemetry",
            "GPUFLEET_KAFKA__TOPIC_PREFIX": prefix, "GPUFLEET_WORKER__APP_ID": prefix,
            "GPUFLEET_WORKER__WEB_PORT": str(port), "GPUFLEET_WORKER__DATA_DIR": tempfile.mkdtemp(),
            "GPUFLEET_STORE__DSN": dsn, "GPUFLEET_STORE__DATABASE": f"b_{prefix}"}

@@ -41,6 +41,8 @@ class Metrics:
         self.spool_bytes = Gauge("gpufleet_collector_spool_bytes", "Size of the spool on disk", registry=r)
         self.gpus = Gauge("gpufleet_collector_gpus", "Devices sampled (GPUs or MIG instances)", registry=r)
         self.lost = Gauge("gpufleet_collector_gpus_lost", "GPUs that fell off the bus", registry=r)
+        self.read_errors = Gauge("gpufleet_collector_nvml_errors", "NVML reads that failed (the field is null)",
+                                 registry=r)
 
     def update(self, publisher: Publisher, reader: NvmlReader) -> None:
         self.delivered.set(publisher.delivered)
@@ -50,6 +52,7 @@ class Metrics:
         self.spool_bytes.set(publisher.spool.size)
         self.gpus.set(len(reader.devices))
         self.lost.set(sum(d.lost for d in reader.physical))
+        self.read_errors.set(reader.errors)
 
 
 def build(cfg, lib=None) -> tuple[NvmlReader, Collector]:

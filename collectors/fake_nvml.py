@@ -130,6 +130,7 @@ class FakeNVML:
         self.calls = 0
         self.unsupported: set[str] = set()      # function names that raise NotSupported for every device
         self.unsupported_on: dict[int, set[str]] = {}
+        self.timing_out_on: dict[int, set[str]] = {}   # function names that time out, by GPU index
         self._events: list[SimpleNamespace] = []
         self._registered: set[int] = set()
         self.devices = []
@@ -182,6 +183,8 @@ class FakeNVML:
                 raise NVMLError(NVML_ERROR_GPU_IS_LOST)
             if fn in self.unsupported or fn in self.unsupported_on.get(phys.index, ()):
                 raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            if fn in self.timing_out_on.get(phys.index, ()):
+                raise NVMLError(NVML_ERROR_TIMEOUT)
 
     def nvmlInit(self):
         self._init += 1

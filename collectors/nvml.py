@@ -72,6 +72,8 @@ SLOW_FIELDS = (
         {"pid": int(p.pid), "mem_used_bytes": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
         for p in n.nvmlDeviceGetComputeRunningProcesses(h)], "self"),
 )
+# utilization is read apart (the mean of NVML's sample buffer over the interval, else this point reading)
+UTIL = Field(("util_pct",), "%", lambda n, h: float(n.nvmlDeviceGetUtilizationRates(h).gpu), "none")
 ALL_FIELDS = ("util_pct",) + tuple(name for f in FIELDS + SLOW_FIELDS for name in f.names)
 
 
@@ -169,7 +171,7 @@ class NvmlReader:
         for i in range(n.nvmlDeviceGetCount()):
             try:
                 h = n.nvmlDeviceGetHandleByIndex(i)
-                d = Device(h, _text(n.nvmlDeviceGetUUID(h)), i, self._try(lambda: _text(n.nvmlDeviceGetName(h))))
+                d = Device(h, _text(n.nvmlDeviceGetUUID(h)), i, self._try(lambda h=h: _text(n.nvmlDeviceGetName(h))))
             except n.NVMLError as err:
                 log.error("GPU %d cannot be opened: %s", i, err)
                 continue
@@ -193,10 +195,10 @@ class NvmlReader:
                 h = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, j)
             except n.NVMLError:
                 continue
-            name = self._try(lambda: _text(n.nvmlDeviceGetName(h)))
+            name = self._try(lambda h=h: _text(n.nvmlDeviceGetName(h)))
             profile = name.rsplit(" MIG ", 1)[1] if name and " MIG " in name else None
             out.append(Device(h, _text(n.nvmlDeviceGetUUID(h)), gpu.index, gpu.model, parent=gpu, mig_profile=profile,
-                              gpu_instance=self._try(lambda: n.nvmlDeviceGetGpuInstanceId(h))))
+                              gpu_instance=self._try(lambda h=h: n.nvmlDeviceGetGpuInstanceId(h))))
         return out
 
     def _try(self, fn):
@@ -211,7 +213,7 @@ class NvmlReader:
         self._drain_events()
         out = []
         for d in self.devices:
-            g = {"uuid": d.uuid, "parent_uuid": d.parent.uuid if d.parent else None, "mig_profile": d.mig_profile,
+            g: dict = {"uuid": d.uuid, "parent_uuid": d.parent.uuid if d.parent else None, "mig_profile": d.mig_profile,
                  "index": d.index, "model": d.model, **dict.fromkeys(ALL_FIELDS), "xid_events": [], "processes": []}
             phys = d.parent or d
             if d.xids or phys.xids:
@@ -283,9 +285,9 @@ class NvmlReader:
                     self._failed(d, FIELDS[0], err)
                     return None
         try:
-            return float(n.nvmlDeviceGetUtilizationRates(d.handle).gpu)
+            return UTIL.read(n, d.handle)
         except n.NVMLError as err:
-            self._failed(d, Field(("util_pct",), "%", None, "none"), err)
+            self._failed(d, UTIL, err)
             return None
 
     def _drain_events(self) -> None:

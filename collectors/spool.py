@@ -10,6 +10,7 @@ held are counted (``take_dropped``) so the next message can say so.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import time
@@ -41,7 +42,7 @@ class Spool:
         # Called with the (offset, record) pairs the bound drops that were not acknowledged; the
         # publisher replaces it, since records already handed to Kafka may still arrive.
         self.on_drop = lambda records: self.count_dropped(len(records))
-        self._writer = None
+        self._writer: io.BufferedWriter | None = None
         self._ack_saved_at = 0.0
         self._tail: deque[tuple[int, bytes]] = deque(maxlen=cache_records)   # newest records, to send from memory
         self._recover()
@@ -97,13 +98,14 @@ class Spool:
             path = os.path.join(self.dir, f"{self.next_offset:020d}.seg")
             seg = Segment(self.next_offset, path, 0, 0)
             self.segments.append(seg)
-        if self._writer is None or self._writer.name != seg.path:
+        writer = self._writer
+        if writer is None or writer.name != seg.path:
             self._close_writer()
-            self._writer = open(seg.path, "ab")
-        self._writer.write(data + b"\n")
-        self._writer.flush()
+            writer = self._writer = open(seg.path, "ab")
+        writer.write(data + b"\n")
+        writer.flush()
         if self.fsync:
-            os.fsync(self._writer.fileno())
+            os.fsync(writer.fileno())
         seg.count += 1
         seg.size += len(data) + 1
         offset = self.next_offset

@@ -6,6 +6,8 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from gpufleet import __version__
 from gpufleet.collectors.simulator import DEFAULT_START
@@ -14,6 +16,11 @@ from gpufleet.settings import Settings, SettingsError, load_settings
 EPILOG = """settings: every command reads GPUFLEET_* environment variables and an optional TOML
 file (--config or GPUFLEET_CONFIG); see the README for the full list.
 exit codes: 0 done, 1 failed while running, 2 bad argument or setting."""
+
+
+# the optional dependency groups (pyproject.toml) by the module that tells one is missing
+EXTRAS = {"clickhouse_connect": "store", "chdb": "embedded", "faust": "worker", "mode": "worker",
+          "numpy": "train", "sklearn": "train", "matplotlib": "train"}
 
 
 class UsageError(Exception):
@@ -65,7 +72,8 @@ def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0, start_default
     p.add_argument("--hours", type=float, default=hours, help=f"simulated hours (default {hours:g})")
     p.add_argument("--interval", type=float, default=5.0, help="sampling interval in seconds (default 5)")
     if seed:
-        p.add_argument("--seed", type=int, default=1, help="random seed: the same seed gives the same fleet (default 1)")
+        p.add_argument("--seed", type=int, default=1,
+                       help="random seed: the same seed gives the same fleet (default 1)")
     p.add_argument("--faults", type=int, default=faults,
                    help=f"faults injected of each kind: straggler, IO starvation, memory leak (default {faults})")
     p.add_argument("--start", type=_when, default=start_default, metavar="WHEN",
@@ -81,7 +89,7 @@ def _when(text: str) -> float:
     except ValueError:
         pass
     try:
-        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp()
+        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither YYYY-MM-DD[THH:MM] nor Unix seconds") from None
 
@@ -98,7 +106,8 @@ def _spec(args):
                          interval_s=args.interval, seed=args.seed, faults_per_kind=args.faults,
                          start=args.start if args.start is not None else _yesterday())
     except ValueError as err:
-        raise UsageError(f"{args.prog}: argument --{str(err).split(':')[0].replace('_', '-')}: {err}") from None
+        name, _, why = str(err).partition(": ")
+        raise UsageError(f"{args.prog}: argument --{name.replace('_', '-')}: {why}") from None
 
 
 def _settings(args) -> Settings:
@@ -108,15 +117,31 @@ def _settings(args) -> Settings:
     return load_settings(args.config, **({"store": store} if store else {}), **({"stream": stream} if stream else {}))
 
 
-def _open_store(settings: Settings, fresh: bool = False):
+def _connect(settings: Settings, create: bool):
     from gpufleet.sql.store import Store
     s = settings.store
-    password = s.password.get_secret_value() if s.password else None
-    store = Store.connect(s.dsn, s.database, password)
+    return Store.connect(s.dsn, s.database, s.password.get_secret_value() if s.password else None, create=create)
+
+
+def _writable_store(settings: Settings, fresh: bool = False):
+    """The store for a command that writes: the database created and migrated (as `db migrate` does)."""
+    store = _connect(settings, create=True)
     if fresh:
         store.drop()
-        store = Store.connect(s.dsn, s.database, password)
+        store = _connect(settings, create=True)
     store.migrate()
+    return store
+
+
+def _readable_store(settings: Settings, schema: bool = True):
+    """The store for a command that only reads: nothing is created or migrated; a missing database is an error."""
+    store = _connect(settings, create=False)
+    if schema:
+        try:
+            store.require_schema()
+        except Exception:
+            store.close()
+            raise
     return store
 
 
@@ -138,7 +163,7 @@ def cmd_simulate(args) -> int:
     with open(labels_path, "w", encoding="utf-8") as f:
         for label in labels:
             f.write(json.dumps(label) + "\n")
-    kinds = {}
+    kinds: dict[str, int] = {}
     for label in labels:
         kinds[label["kind"]] = kinds.get(label["kind"], 0) + 1
     print(f"wrote {n:,} messages ({n * spec.gpus_per_node:,} GPU samples) to {args.out}")
@@ -172,11 +197,20 @@ def _run_embedded(settings: Settings, source, total, label: str, events_path=Non
         events.close()
         dead.close()
     progress(n, final=True)
-    return pipeline, sink, events, dead, time.monotonic() - started
+    return EmbeddedRun(pipeline, sink, events, dead, time.monotonic() - started)
 
 
-def _report(pipeline, sink, events, dead, seconds: float, events_path, dead_path) -> None:
-    c = pipeline.out.counts
+@dataclass
+class EmbeddedRun:
+    pipeline: Any
+    sink: Any
+    events: Any
+    dead: Any
+    seconds: float
+
+
+def _report(run: EmbeddedRun, events_path, dead_path) -> None:
+    c, sink, events, seconds = run.pipeline.out.counts, run.sink, run.events, run.seconds
     dead_total = sum(v for k, v in c.items() if k.startswith("dead_"))
     print(f"processed {c['messages']:,} messages, {c['gpu_samples']:,} GPU samples in {seconds:.1f} s "
           f"({c['gpu_samples'] / max(seconds, 1e-9):,.0f} samples/s); duplicates ignored: {c['duplicates']:,}")
@@ -190,16 +224,18 @@ def _report(pipeline, sink, events, dead, seconds: float, events_path, dead_path
 
 def cmd_replay(args) -> int:
     import os
+
     from gpufleet.streams.embedded import file_source
     if not os.path.isfile(args.file):
         raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
     settings = _settings(args)
-    store = None if args.no_store else _open_store(settings)
+    store = None if args.no_store else _writable_store(settings)
     try:
         result = _run_embedded(settings, file_source(args.file), None, "replay", args.events, args.dead_letters,
                                store)
-        _report(*result, args.events, args.dead_letters)
-        if result[0].out.counts.get("dead_invalid") or result[0].out.counts.get("dead_too_large"):
+        _report(result, args.events, args.dead_letters)
+        counts = result.pipeline.out.counts
+        if counts.get("dead_invalid") or counts.get("dead_too_large"):
             _show_dead(args.dead_letters)
     finally:
         if store is not None:
@@ -222,6 +258,7 @@ def _show_dead(path: str | None) -> None:
 
 def cmd_demo(args) -> int:
     import os
+
     from gpufleet.collectors.simulator import Simulation
     from gpufleet.streams.embedded import dict_source
     from gpufleet.summary import render
@@ -231,7 +268,7 @@ def cmd_demo(args) -> int:
     print(f"gpufleet demo: {spec.nodes} nodes x {spec.gpus_per_node} GPUs, {spec.hours:g} simulated hours at "
           f"{spec.interval_s:g} s, {spec.faults_per_kind} faults of each kind, seed {spec.seed}")
     print(f"store: {settings.store.dsn}, database {settings.store.database} (recreated)")
-    store = _open_store(settings, fresh=True)
+    store = _writable_store(settings, fresh=True)
     sim = Simulation(spec)
     messages = sim.messages()
     if args.save:
@@ -244,7 +281,7 @@ def cmd_demo(args) -> int:
     try:
         result = _run_embedded(settings, dict_source(messages), spec.messages_total, "pipeline", events_path,
                                None, store)
-        _report(*result, events_path, None)
+        _report(result, events_path, None)
         print()
         print(render(store))
     finally:
@@ -262,31 +299,35 @@ def _tee(messages, path):
 
 
 def cmd_db(args) -> int:
+    from gpufleet.sql import StoreMissing, migrations
     settings = _settings(args)
-    store = _open_store(settings) if args.db_command == "migrate" else None
-    try:
-        if args.db_command == "migrate":
+    if args.db_command == "migrate":
+        store = _writable_store(settings)
+        try:
             applied = store.applied()
-            print(f"{settings.store.database}: schema at version {applied[-1][0] if applied else 0} "
-                  f"({len(applied)} migrations applied)")
-        else:
-            from gpufleet.sql import migrations
-            from gpufleet.sql.store import Store
-            s = settings.store
-            store = Store.connect(s.dsn, s.database, s.password.get_secret_value() if s.password else None)
-            exists = store.query("EXISTS TABLE schema_migrations")[0][0]
-            done = dict(store.applied()) if exists else {}
-            for m in migrations():
-                print(f"{m.version:04d} {m.name}: {'applied' if m.version in done else 'pending'}")
-    finally:
-        if store is not None:
+        finally:
             store.close()
+        print(f"{settings.store.database}: schema at version {applied[-1][0] if applied else 0} "
+              f"({len(applied)} migrations applied)")
+        return 0
+    try:
+        store = _readable_store(settings, schema=False)
+    except StoreMissing as err:
+        print(f"{err}; every migration is pending")
+        return 0
+    try:
+        exists = store.query("EXISTS TABLE schema_migrations")[0][0]
+        done = dict(store.applied()) if exists else {}
+    finally:
+        store.close()
+    for m in migrations():
+        print(f"{m.version:04d} {m.name}: {'applied' if m.version in done else 'pending'}")
     return 0
 
 
 def cmd_summary(args) -> int:
     from gpufleet.summary import render
-    store = _open_store(_settings(args))
+    store = _readable_store(_settings(args))
     try:
         print(render(store))
     finally:
@@ -296,7 +337,7 @@ def cmd_summary(args) -> int:
 
 def cmd_sql(args) -> int:
     from gpufleet.summary import table
-    store = _open_store(_settings(args))
+    store = _readable_store(_settings(args), schema=False)
     try:
         names, rows = store.select(args.query)
         if args.tsv:
@@ -369,7 +410,7 @@ def cmd_worker(args) -> int:
         print(f"gpufleet worker: kafka: {err}", file=sys.stderr)
         return 1
     model = _model(settings)
-    store_ = _open_store(settings)
+    store_ = _writable_store(settings)
     return worker.run(settings, store_, model, loglevel=args.log_level)
 
 
@@ -390,6 +431,7 @@ def cmd_topics(args) -> int:
 
 def cmd_publish(args) -> int:
     import os
+
     from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics, produce
     if not os.path.isfile(args.file):
         raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
@@ -469,7 +511,8 @@ def build_parser() -> Parser:
     s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic, gpufleet.telemetry)")
     s.add_argument("--spool", metavar="DIR", help="spool directory (setting collect.spool_dir)")
     s.add_argument("--labels", metavar="FILE", help="GPU UUID to tenant/job JSON file (setting collect.labels_file)")
-    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (setting collect.metrics_port)")
+    s.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on this port (setting collect.metrics_port)")
     s.set_defaults(fn=cmd_collect)
 
     s = sub.add_parser("worker", help="run the stream processors on Kafka (the distributed mode)",
@@ -587,9 +630,10 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpufleet.sql import StoreError
+    from gpufleet.sql import StoreError, StoreMissing
 
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         args.prog = f"gpufleet {args.command}"
@@ -598,9 +642,19 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SettingsError) as err:
         print(f"gpufleet: {err}" if isinstance(err, SettingsError) else str(err), file=sys.stderr)
         return 2
+    except StoreMissing as err:
+        print(f"gpufleet: setting store.database: {err}".splitlines()[0], file=sys.stderr)
+        return 2
     except StoreError as err:
         print(f"gpufleet: store: {err}".splitlines()[0], file=sys.stderr)
         return 1
+    except ModuleNotFoundError as err:
+        extra = EXTRAS.get((err.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"gpufleet {getattr(args, 'command', '')}: needs the {extra} install, which lacks {err.name}: "
+              f"pip install 'gpufleet[{extra}]'", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gpufleet: interrupted", file=sys.stderr)
         return 130

@@ -70,7 +70,8 @@ class CollectSettings(BaseModel):
     interval_s: float = Field(5.0, ge=0.1, le=3600, description="sampling interval")
     spool_dir: str = Field(default_factory=lambda: str(default_data_dir() / "spool"),
                            description="on-disk spool of messages not yet acknowledged by Kafka")
-    spool_max_mb: float = Field(256.0, ge=0.1, le=1_000_000, description="spool bound; beyond it the oldest are dropped")
+    spool_max_mb: float = Field(256.0, ge=0.1, le=1_000_000,
+                                description="spool bound; beyond it the oldest are dropped")
     spool_fsync: bool = Field(True, description="fsync every message into the spool (SIGKILL-safe)")
     labels_file: str | None = Field(None, description="JSON file mapping GPU UUID to tenant and job")
     job_env_var: str | None = Field("SLURM_JOB_ID", description="environment variable of GPU processes naming the job")

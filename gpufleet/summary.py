@@ -45,7 +45,7 @@ QUERIES = {
 
 def table(headers: list[str], rows: list[tuple]) -> str:
     """Rows as an aligned text table."""
-    cells = [[("" if v is None else str(v)) for v in r] for r in rows]
+    cells = [[_cell(v) for v in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     numeric = [all(_is_number(r[i]) for r in rows if r[i] is not None) and rows for i in range(len(headers))]
     def line(values):
@@ -53,6 +53,19 @@ def table(headers: list[str], rows: list[tuple]) -> str:
     out = [line(headers), line(["-" * w for w in widths])]
     out += [line(r) for r in cells]
     return "\n".join(out)
+
+
+def _cell(v) -> str:
+    """A value as text: floats to at most 3 decimals (ClickHouse returns binary floats such as 10075.006999969)."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return str(v)
+        if v and abs(v) < 0.001:
+            return f"{v:.3g}"
+        return f"{v:.3f}".rstrip("0").rstrip(".")
+    return str(v)
 
 
 def _is_number(v) -> bool:

@@ -53,9 +53,6 @@ class Model:
     kinds: dict[str, KindModel]
     metadata: dict = field(default_factory=dict)
 
-    def score(self, kind: str, x: list[float]) -> float:
-        return self.kinds[kind].score(x)
-
     def to_dict(self) -> dict:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "feature_version": FEATURE_VERSION,
                 "kinds": {k: asdict(m) for k, m in self.kinds.items()}, "metadata": self.metadata}

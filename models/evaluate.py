@@ -82,7 +82,8 @@ class Report:
                "false_per_1000_gpu_h", "leaks_alerted_10min_before_oom"]
 
     def to_dict(self) -> dict:
-        return {"gpu_hours": round(self.gpu_hours, 1), "false_alerts_per_1000_gpu_hours": round(self.false_per_1000h(), 3),
+        return {"gpu_hours": round(self.gpu_hours, 1),
+                "false_alerts_per_1000_gpu_hours": round(self.false_per_1000h(), 3),
                 "kinds": {r[0]: dict(zip(self.HEADERS[1:], r[1:])) for r in self.rows()}}
 
 
@@ -103,7 +104,7 @@ def _matches(alert: dict, fault: dict) -> bool:
 def score(labels: list[dict], alerts: list[dict], gpu_hours: float, idle_window_s: float = 600.0) -> Report:
     """Score firing alerts (``gpufleet.alert.v1`` dicts) against ground-truth labels."""
     kinds = {k: KindReport(k) for k in KINDS}
-    incidents = {}
+    incidents: dict[str, dict] = {}
     for a in sorted(alerts, key=lambda a: a["detected_at"]):
         if a.get("status") == "firing" and a["kind"] in kinds:
             incidents.setdefault(a["id"], a)           # repeats of one incident (at-least-once) count once

@@ -75,7 +75,7 @@ def straggler_features(stats: dict[str, tuple], expected_samples: int) -> dict[s
     that every GPU shares (a hot row, a facility power event): ``throttle_excess`` is its share of
     throttled samples above the others' median.
     """
-    out = {}
+    out: dict[str, list[float]] = {}
     if len(stats) < 2:
         return out
     job_util = median([s[0] for s in stats.values()])
@@ -102,14 +102,14 @@ def io_features(util: list, iowait: list, disk: list, pcie_rx: list, procs: list
     rx = [x for x in pcie_rx if x is not None]
     iw = [x for x in iowait if x is not None]
     dr = [x for x in disk if x is not None]
-    iowait, reads = (mean(iw) / 100.0) if iw else 0.0, (mean(dr) / 1e9) if dr else 0.0
+    wait, reads = (mean(iw) / 100.0) if iw else 0.0, (mean(dr) / 1e9) if dr else 0.0
     has_work = mean(procs) if procs else 0.0
     # the host waits on reads *and* this job's GPUs, which hold a process, sit idle: both at once
     not_busy = (1.0 - um / 100.0) * has_work
-    return [um / 100.0, (sum(1 for x in u if x < 30) / len(u)) if u else 0.0, spread, iowait, reads,
+    return [um / 100.0, (sum(1 for x in u if x < 30) / len(u)) if u else 0.0, spread, wait, reads,
             min(1.0, mean(rx) / 5e9) if rx else 0.0, has_work,
             mean([m for m in mem_frac if m is not None]) if any(m is not None for m in mem_frac) else 0.0,
-            not_busy * min(1.0, iowait / 0.2), not_busy * min(1.0, reads / 1.0)]
+            not_busy * min(1.0, wait / 0.2), not_busy * min(1.0, reads / 1.0)]
 
 
 def theil_sen(ys: list[float]) -> float:

@@ -154,7 +154,7 @@ def incidents(kind: str, rows: list[tuple], positive: list[bool], persist_on: in
     fired = []
     node_positive: dict[tuple, set] = {}
     if kind == "straggler":      # a slow node's GPUs are covered by the node's own alert
-        for (key, ts, _x, info), p in zip(rows, positive):
+        for (_key, ts, _x, info), p in zip(rows, positive):
             if info.get("level") == "node" and p:
                 node_positive.setdefault((info["job"], ts), set()).add(info["node"])
     for (key, ts, _x, info), p in zip(rows, positive):
@@ -182,7 +182,7 @@ def incidents(kind: str, rows: list[tuple], positive: list[bool], persist_on: in
 def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float) -> dict:
     rows = rec.rows[kind]
     scores = [km.score(r[2]) for r in rows]
-    best = None
+    best: tuple | None = None
     for persist in (1, 2, 3, 4):
         for thr in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99):
             fired = incidents(kind, rows, [s >= thr for s in scores], persist, km.persist_off)
@@ -192,6 +192,7 @@ def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float) -
             key = (false_rate <= max_false_per_1000h, round(rep.f1, 3), -delay)
             if best is None or key > best[0]:
                 best = (key, thr, persist, rep.f1, false_rate, delay)
+    assert best is not None
     _, km.threshold, km.persist_on, f1, false_rate, delay = best
     return {"threshold": km.threshold, "persist_on": km.persist_on, "f1": round(f1, 4),
             "false_per_1000_gpu_h": round(false_rate, 3), "delay_p50_s": round(delay, 1)}
@@ -209,7 +210,7 @@ def train(recordings: Recording, describe: dict, max_false_per_1000h: float = 0.
         kinds[kind] = km
         log.info("%s: %s", kind, metrics[kind])
     from gpufleet import __version__
-    meta = {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpufleet": __version__,
+    meta = {"created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "gpufleet": __version__,
             "feature_version": FEATURE_VERSION, "trained_on": describe, "gpu_hours": round(recordings.gpu_hours, 1),
             "faults": {k: sum(1 for f in recordings.labels if f["kind"] == k) for k in (*KINDS, "idle")},
             "training_metrics": metrics, "trained_in_s": None}
@@ -234,6 +235,7 @@ def record_simulations(specs: list, progress: Callable[[str], None] | None = Non
         for spec in specs:
             progress(f"recording seed {spec.seed}: {spec.nodes} nodes x {spec.gpus_per_node} GPUs, "
                      f"{spec.hours:g} h ({workers} at a time)")
+    recordings: Iterable[Recording]
     if workers == 1:
         recordings = map(record_simulation, specs)
     else:

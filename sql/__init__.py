@@ -15,6 +15,10 @@ class StoreError(Exception):
     """A permanent store failure: bad SQL, bad data, a changed migration."""
 
 
+class StoreMissing(StoreError):
+    """The database (or the embedded store) named does not exist, or is not migrated: nothing is created."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be reached right now; retrying later may succeed."""
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
 
-from . import StoreError, StoreUnavailable, migrations, parse_dsn
+from . import StoreError, StoreMissing, StoreUnavailable, migrations, parse_dsn
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _chdb_lock = threading.Lock()
@@ -28,12 +28,18 @@ _chdb_lock = threading.Lock()
 SETTINGS = {"async_insert": 0}
 
 
-def _client(target: dict, database: str | None, password: str | None):
+def _client(target: dict, database: str | None, password: str | None, create: bool):
     try:
         if target["kind"] == "chdb":
-            os.makedirs(target["path"], exist_ok=True)
-            kw = {"database": database} if database else {}
-            return clickhouse_connect.get_client(dsn="chdb://" + target["path"], settings=SETTINGS, **kw)
+            if create:
+                os.makedirs(target["path"], exist_ok=True)
+            elif not os.path.isdir(target["path"]):
+                raise StoreMissing(f"no embedded store at {target['path']}: create it with `gpufleet db migrate` "
+                                   "(or `gpufleet demo`)")
+            if database:
+                return clickhouse_connect.get_client(dsn="chdb://" + target["path"], settings=SETTINGS,
+                                                     database=database)
+            return clickhouse_connect.get_client(dsn="chdb://" + target["path"], settings=SETTINGS)
         return clickhouse_connect.get_client(
             host=target["host"], port=target["port"], secure=target["secure"], username=target["username"],
             password=password if password is not None else target["password"], database=database or "",
@@ -49,16 +55,41 @@ class Store:
 
     def __init__(self, client, database: str, target: dict):
         self.client, self.database, self.target = client, database, target
-        self._keys: dict[str, list[tuple[int, str]]] = {}
+        self._keys: dict[str, list[tuple[int, str, bool]]] = {}
 
     @classmethod
-    def connect(cls, dsn: str, database: str = "gpufleet", password: str | None = None) -> Store:
-        """Open the store at ``dsn`` and create ``database`` there if needed."""
+    def connect(cls, dsn: str, database: str = "gpufleet", password: str | None = None,
+                create: bool = False) -> Store:
+        """Open ``database`` in the store at ``dsn``.
+
+        With ``create`` the database (and an embedded store's directory) is created if needed: only
+        the commands that write (``db migrate``, ``demo``, ``replay``, the workers) ask for it. Without
+        it a missing database raises :class:`StoreMissing` and nothing is created.
+        """
         if not _IDENT.match(database):
             raise ValueError(f"database name {database!r} is not a plain identifier")
         target = parse_dsn(dsn)
-        _client(target, None, password).command(f"CREATE DATABASE IF NOT EXISTS {database}")
-        return cls(_client(target, database, password), database, target)
+        bare = _client(target, None, password, create)
+        try:
+            if create:
+                bare.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+            elif not bare.command(f"EXISTS DATABASE {database}"):
+                raise StoreMissing(f"database {database} does not exist at {_where(target)}: create it with "
+                                   f"`gpufleet db migrate --database {database}`")
+        except (OperationalError, DatabaseError) as err:
+            raise StoreUnavailable(f"cannot reach ClickHouse: {err}") from None
+        finally:
+            if target["kind"] != "chdb":
+                bare.close()
+        return cls(_client(target, database, password, create), database, target)
+
+    def require_schema(self) -> None:
+        """Refuse a database that no migration has touched, or one behind this gpufleet's schema."""
+        have = {v for v, _ in self.applied()} if self.query("EXISTS TABLE schema_migrations")[0][0] else set()
+        missing = [m.name for m in migrations() if m.version not in have]
+        if missing:
+            raise StoreMissing(f"database {self.database} lacks migrations {', '.join(missing)}: apply them with "
+                               f"`gpufleet db migrate --database {self.database}`")
 
     # -- plumbing ----------------------------------------------------------
     def _call(self, fn, *args, **kw):
@@ -87,12 +118,6 @@ class Store:
         """Column names and rows of a query."""
         result = self._call(self.client.query, sql, parameters=parameters)
         return list(result.column_names), result.result_rows
-
-    def ping(self) -> bool:
-        try:
-            return self.query("SELECT 1") == [(1,)]
-        except StoreError:
-            return False
 
     def close(self) -> None:
         try:
@@ -153,7 +178,7 @@ class Store:
         wanted = {tuple(r[i] for i, _, _ in key) for r in rows}
         exprs = ", ".join(e for _, e, _ in key)
         firsts = sorted({k[0] for k in wanted})
-        found = set()
+        found: set[tuple] = set()
         for lo in range(0, len(firsts), 1000):
             chunk = firsts[lo:lo + 1000]
             params, conds = {"k0": chunk}, [f"{key[0][1]} IN %(k0)s"]
@@ -189,3 +214,9 @@ class Store:
                 return 0
         self._call(self.client.insert, table, rows, column_names=list(columns))
         return len(rows)
+
+
+def _where(target: dict) -> str:
+    if target["kind"] == "chdb":
+        return f"chdb://{target['path']}"
+    return f"{'https' if target['secure'] else 'http'}://{target['host']}:{target['port']}"

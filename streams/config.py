@@ -8,16 +8,21 @@ class StreamConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lateness_s: float = Field(30.0, ge=0, le=3600, description="allowed lateness behind a node's newest sample")
-    dedup_horizon_s: float = Field(900.0, ge=0, le=86400,
-                                   description="how long released sample times are remembered to tell a repeat from a late sample")
-    default_interval_s: float = Field(5.0, gt=0, le=3600, description="sampling interval assumed when a message has none")
+    dedup_horizon_s: float = Field(
+        900.0, ge=0, le=86400,
+        description="how long released sample times are remembered to tell a repeat from a late one")
+    default_interval_s: float = Field(5.0, gt=0, le=3600,
+                                      description="sampling interval assumed when a message has none")
     idle_threshold_pct: float = Field(5.0, gt=0, le=100, description="a rented GPU below this utilization is idle")
-    idle_window_s: float = Field(600.0, gt=0, le=7 * 86400, description="how long a GPU must stay idle before it counts")
-    max_clock_skew_s: float = Field(300.0, gt=0, description="live mode: messages further ahead of the clock are dead-lettered")
+    idle_window_s: float = Field(600.0, gt=0, le=7 * 86400,
+                                 description="how long a GPU must stay idle before it counts")
+    max_clock_skew_s: float = Field(300.0, gt=0,
+                                    description="live mode: messages further ahead of the clock are dead-lettered")
     raw_samples: bool = Field(True, description="store every GPU sample (with a TTL) besides the rollups")
     job_node_timeout_s: float = Field(600.0, gt=0, le=86400,
                                       description="job stage: a node this far behind the job's other nodes has left it")
-    model: str | None = Field(None, description="path of a trained model (gpufleet model train); default: the packaged one")
+    model: str | None = Field(None,
+                              description="path of a trained model (gpufleet model train); default: the packaged one")
     prices: dict[str, float] = Field(default_factory=dict,
                                      description="price of one GPU-hour by pool or GPU model, for idle waste")
     default_price_per_gpu_hour: float = Field(2.0, ge=0, le=10_000, description="price where prices has none")

@@ -92,7 +92,7 @@ class Incidents:
 
     def close_all(self, ts: float, describe: Describe, out: Output) -> None:
         """The target is gone (the job ended): resolve what is open, forget what is pending."""
-        for key, st in list(self.by_key.items()):
+        for _key, st in list(self.by_key.items()):
             if st.detected_at is not None:
                 out.event(describe("resolved", st.info, st, ts))
         self.by_key = {}
@@ -135,7 +135,7 @@ class GpuPoint(NamedTuple):
     has_process: float              # 1.0 when the GPU had a compute process
     mem_share: float | None         # used memory as a share of the total
     job: str | None
-    index: int
+    gpu_index: int
 
 
 class HostPoint(NamedTuple):
@@ -225,7 +225,7 @@ class NodeDetectors:
         km = model.kinds["io_starvation"]
         start = at - WINDOW_S
         by_job: dict[str, list[GpuPoint]] = {}
-        for uuid, w in self.gpus.items():
+        for w in self.gpus.values():
             samples = [s for s in w if start < s.ts <= at]
             job = samples[-1].job if samples else None
             if job is not None:
@@ -239,7 +239,7 @@ class NodeDetectors:
                     last = w[-1]
                     recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
                                                            1.0 if last.job is not None else 0.0],
-                             {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.index})
+                             {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
         for job, samples in sorted(by_job.items()):
             x = io_features([s.util for s in samples], [h.iowait for h in host], [h.disk_read for h in host],
                             [s.pcie_rx for s in samples], [s.has_process for s in samples],
@@ -249,7 +249,7 @@ class NodeDetectors:
             seen.add(key)
             score = km.score(x)
             info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
-                    "gpus": len({s.index for s in samples}), "util": x[0] * 100, "iowait": x[3] * 100,
+                    "gpus": len({s.gpu_index for s in samples}), "util": x[0] * 100, "iowait": x[3] * 100,
                     "disk": x[4], "target": target}
             if recorder is not None:
                 recorder("io_starvation", key, at, x, info)
@@ -375,7 +375,7 @@ class JobDetector:
                  recorder: Recorder | None) -> None:
         km = model.kinds["straggler"]
         start = at - WINDOW_S
-        windows = {}
+        windows: dict[str, dict[str, list]] = {}
         for uuid, w in list(self.gpus.items()):
             samples = [s for s in w if start < s.ts <= at]
             if not samples:

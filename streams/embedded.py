@@ -48,7 +48,7 @@ class JsonLines:
             self.f.close()
 
 
-def run(source: Iterable[tuple[str, object]], pipeline: Pipeline, sink: Sink | None,
+def run(source: Iterable[tuple[str, str | bytes | dict]], pipeline: Pipeline, sink: Sink | None,
         events: JsonLines | None = None, dead: JsonLines | None = None,
         progress: Callable[[int], None] | None = None, drain_every: int = 512, flush: bool = True) -> int:
     """Push every message through ``pipeline`` into ``sink``; returns the number of messages.

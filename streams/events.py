@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ALERT_SCHEMA = "gpufleet.alert.v1"
-DEADLETTER_SCHEMA = "gpufleet.deadletter.v1"
+ALERT_SCHEMA: Literal["gpufleet.alert.v1"] = "gpufleet.alert.v1"
+DEADLETTER_SCHEMA: Literal["gpufleet.deadletter.v1"] = "gpufleet.deadletter.v1"
 MAX_DEAD_PAYLOAD = 64 * 1024
 
 AlertKind = Literal["straggler", "io_starvation", "memory_leak", "idle"]

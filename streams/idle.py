@@ -18,7 +18,7 @@ from gpufleet.collectors.telemetry import Telemetry
 from .config import StreamConfig
 from .events import alert
 from .output import Output, Table
-from .state import StateError, save_fields, load_fields
+from .state import StateError, load_fields, save_fields
 
 IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "node", "pool", "gpu_index", "tenant",
                                       "job", "duration_s", "samples", "max_util_pct", "end_reason", "open"))
@@ -100,6 +100,7 @@ class IdleTracker:
                     run = None
             if not idle:
                 continue
+            assert tenant is not None and util is not None      # idle implies both
             if run is None:
                 run = runs[g.uuid] = Run(start=ts, last=ts, interval=interval, tenant=tenant, job=g.job,
                                          index=g.index, pool=msg.pool, price=cfg.price_of(msg.pool, g.model))
@@ -125,8 +126,9 @@ class IdleTracker:
     def _end(self, node: str, uuid: str, run: Run, reason: str, util, out: Output, open_: bool = False) -> None:
         if run.detected is None:
             return
-        out.row(IDLE_WINDOWS, (uuid, round(run.start * 1000), round(run.end * 1000), node, run.pool or "", run.index, run.tenant,
-                               run.job or "", run.duration, run.samples, run.max_util, reason, int(open_)))
+        out.row(IDLE_WINDOWS, (uuid, round(run.start * 1000), round(run.end * 1000), node, run.pool or "", run.index,
+                               run.tenant, run.job or "", run.duration, run.samples, run.max_util, reason,
+                               int(open_)))
         if open_:
             return   # still idle when the input ended: the incident stays open
         why = f"utilization back to {util:g}%" if reason == "busy" else reason

@@ -29,7 +29,7 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.
         raise KafkaUnavailable(f"Kafka at {bootstrap} did not answer: {err}") from None
     missing = [NewTopic(t, num_partitions=n, replication_factor=-1) for t, n in topics.items() if t not in existing]
     if missing:
-        for topic, fut in admin.create_topics(missing, operation_timeout=timeout_s).items():
+        for _topic, fut in admin.create_topics(missing, operation_timeout=timeout_s).items():
             try:
                 fut.result()
             except KafkaException as err:
@@ -100,7 +100,7 @@ def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, bytes]], **co
             failed.append(str(err))
 
     n = 0
-    for n, (key, value) in enumerate(items, 1):
+    for n, (key, value) in enumerate(items, 1):  # noqa: B007 (n is the count returned)
         while True:
             try:
                 producer.produce(topic, value=value, key=key, on_delivery=report)
@@ -136,14 +136,16 @@ def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = 
                 continue
             last = time.monotonic()
             for msg in batch:
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         continue
-                    raise KafkaException(msg.error())
+                    raise KafkaException(error)
                 n += 1
-                if ends is not None and msg.offset() + 1 >= ends.get(msg.partition(), 0):
-                    ends.pop(msg.partition(), None)
-                yield f"{msg.topic()}/{msg.partition()}/{msg.offset()}", msg.value()
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                if ends is not None and offset + 1 >= ends.get(partition, 0):
+                    ends.pop(partition, None)
+                yield f"{msg.topic()}/{partition}/{offset}", msg.value() or b""
     finally:
         consumer.close()
 

@@ -10,8 +10,8 @@ from .idle import IdleTracker
 from .jobsample import job_samples
 from .output import Output
 from .rollups import MinuteRollups
-from .state import StateError, check_version
 from .samples import sample_rows
+from .state import StateError, check_version
 
 STATE_VERSION = 3
 

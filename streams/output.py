@@ -44,10 +44,6 @@ class Output:
         self.dead.append(dead_letter(reason_code, reason, source, received_at, payload))
         self.counts[f"dead_{reason_code}"] += 1
 
-    @property
-    def pending_rows(self) -> int:
-        return sum(len(r) for r in self.rows.values())
-
     def drain(self) -> tuple[dict[Table, list[tuple]], list[dict], list[dict]]:
         """Hand over rows, events and dead letters collected so far (counts stay)."""
         rows, events, dead = self.rows, self.events, self.dead

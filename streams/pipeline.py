@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 
 from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, parse
-
 from gpufleet.models.artifact import Model
 
 from .config import StreamConfig
@@ -83,7 +82,7 @@ class Pipeline:
         elif status == REPLAYED:
             self.out.counts["replayed"] += 1
         elif status == LATE:
-            behind = node.gate.watermark(self.cfg.lateness_s) - msg.ts
+            behind = (node.gate.watermark(self.cfg.lateness_s) or msg.ts) - msg.ts
             self.out.dead_letter(
                 "late", f"ts: {behind:.1f} s behind the watermark of node {msg.node} "
                         f"(allowed lateness {self.cfg.lateness_s:g} s)",

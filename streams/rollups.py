@@ -74,7 +74,7 @@ class Stats:
         return stats
 
     def columns(self) -> list:
-        out = []
+        out: list = []
         for n, s, lo, hi in self.acc:
             if n:
                 out += (s / n, lo, hi)

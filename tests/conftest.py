@@ -76,7 +76,7 @@ def chdb_dsn(tmp_path_factory):
 
 def _store(dsn: str):
     from gpufleet.sql.store import Store
-    store = Store.connect(dsn, f"t_{uuid.uuid4().hex[:12]}")
+    store = Store.connect(dsn, f"t_{uuid.uuid4().hex[:12]}", create=True)
     store.migrate()
     return store
 

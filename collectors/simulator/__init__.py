@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .fleet import layout
 from .plan import Planner
@@ -35,19 +36,16 @@ class FleetSpec:
     idle_window_s: float = 600.0
     training_share: float = 0.5
 
+    # the range of each setting, inclusive
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {"nodes": (1, 100_000), "gpus_per_node": (1, 64), "hours": (0.001, 24 * 366),
+              "interval_s": (0.1, 600), "faults_per_kind": (0, 100_000), "training_share": (0, 1),
+              "idle_window_s": (1, 7 * 86400)}
+
     def __post_init__(self):
-        checks = {
-            "nodes": 1 <= self.nodes <= 100_000,
-            "gpus_per_node": 1 <= self.gpus_per_node <= 64,
-            "hours": 0 < self.hours <= 24 * 366,
-            "interval_s": 0.1 <= self.interval_s <= 600,
-            "faults_per_kind": 0 <= self.faults_per_kind <= 100_000,
-            "training_share": 0 <= self.training_share <= 1,
-            "idle_window_s": self.idle_window_s > 0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"{name}: {getattr(self, name)!r} is out of range")
+        for name, (lo, hi) in self.RANGES.items():
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name}: {value!r} is out of range: it must be between {lo:g} and {hi:g}")
 
     @property
     def end(self) -> float:

@@ -57,7 +57,7 @@ def layout(nodes: int, gpus_per_node: int, seed: int, interval_s: float, rng) ->
         counts[counts.index(max(counts))] -= 1
     while sum(counts) < nodes:
         counts[0] += 1
-    fleet = []
+    fleet: list[Node] = []
     for (pool, model, _), count in zip(POOLS, counts):
         for _ in range(count):
             name = f"node-{len(fleet):03d}"

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 from ..telemetry import SCHEMA
 from .fleet import Node
-from .plan import (HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, Allocation, Fault,
-                   Planner, _tide)
+from .plan import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, Allocation, Fault, Planner, _tide
 
 RESERVED = 0.006      # share of GPU memory the driver holds, as NVML reports it
 CAUSE_BITS = {"thermal": SW_THERMAL | HW_THERMAL, "power_cap": SW_POWER_CAP,
@@ -78,7 +77,7 @@ class Sampler:
         model = node.model
         alloc = self.cursors[(n, g)].at(t) if (n, g) in self.cursors else None
         total = model.mem_total_bytes
-        out = {
+        out: dict = {
             "uuid": node.uuids[g], "parent_uuid": None, "mig_profile": None, "index": g, "model": model.name,
             "tenant": None, "job": None, "attribution": None,
             "mem_total_bytes": total, "power_limit_w": model.power_limit_w,
@@ -106,7 +105,7 @@ class Sampler:
                     alive = False            # killed by the out-of-memory, restarting
                 else:
                     pid += 1                 # the restarted process
-            if alive:
+            if alive and proc is not None:
                 age = t - alloc.start
                 warm = _clip(age / proc.warmup_s, 0.0, 1.0) if proc.warmup_s > 0 else 1.0
                 held = proc.base_bytes * (0.15 + 0.85 * warm) + sum(s for at, s in proc.steps if at <= t)

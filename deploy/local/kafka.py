@@ -6,7 +6,8 @@
 
 Needs Java 17+ and, the first time only, Maven: the broker jars listed in pom.xml
 (next to this file) are downloaded once into
-${GPUFLEET_CACHE:-~/.cache/gpufleet}/kafka-<version>-jars and reused.
+${GPUFLEET_CACHE:-~/.cache/gpufleet}/kafka-<version>-jars and reused; Maven's own
+repository goes to ${GPUFLEET_CACHE:-~/.cache/gpufleet}/maven-repository (never ~/.m2).
 
 `start` formats a fresh log directory (unless --keep-data finds one already
 formatted), starts the broker detached, waits until it answers a metadata request
@@ -48,9 +49,12 @@ def kafka_version() -> str:
     return re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text()).group(1)
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPUFLEET_CACHE") or Path.home() / ".cache" / "gpufleet")
+
+
 def default_jars() -> Path:
-    cache = Path(os.environ.get("GPUFLEET_CACHE") or Path.home() / ".cache" / "gpufleet")
-    return cache / f"kafka-{kafka_version()}-jars"
+    return cache_dir() / f"kafka-{kafka_version()}-jars"
 
 
 def has_jars(jars: Path) -> bool:
@@ -67,7 +71,10 @@ def ensure_jars(jars: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=jars.name + ".tmp-", dir=jars.parent))
     log(f"kafka: downloading Kafka {kafka_version()} jars with Maven into {jars} (once) ...")
     t0 = time.monotonic()
-    cmd = ["mvn", "-B", "-ntp", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={tmp}"]
+    # Maven's own repository lives in the same cache, not in ~/.m2
+    repo = jars.parent / "maven-repository"
+    cmd = ["mvn", "-B", "-ntp", "-f", str(POM), f"-Dmaven.repo.local={repo}", "dependency:copy-dependencies",
+           f"-DoutputDirectory={tmp}"]
     mvn = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if mvn.returncode != 0 or not has_jars(tmp):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 POOL_TOTALS = """SELECT pool, sum(gpus), round(sum(util_pct * gpus), 3), sum(rented_gpus)
                  FROM pool_usage_1m GROUP BY pool ORDER BY pool"""
-TENANT_TOTALS = "SELECT tenant, sum(gpus), round(sum(util_pct * gpus), 3) FROM tenant_usage_1m GROUP BY tenant ORDER BY tenant"
+TENANT_TOTALS = ("SELECT tenant, sum(gpus), round(sum(util_pct * gpus), 3) FROM tenant_usage_1m "
+                 "GROUP BY tenant ORDER BY tenant")
 
 
 @pytest.fixture(params=["embedded", "server"])

@@ -75,7 +75,7 @@ class Fleet:
         self.procs[name].wait(timeout=60)
 
     def stop_all(self) -> None:
-        for name, p in self.procs.items():
+        for _name, p in self.procs.items():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs.values():

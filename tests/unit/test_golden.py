@@ -20,6 +20,7 @@ import pytest
 
 from gpufleet.collectors.simulator import DEFAULT_START, FleetSpec, Simulation
 from gpufleet.streams.config import StreamConfig
+from gpufleet.streams.events import Alert
 from gpufleet.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,9 @@ def run(messages: list[dict]) -> dict:
     def drain() -> None:
         for table, new in pipeline.out.rows.items():
             rows.setdefault(table.name, []).extend(repr(tuple(r)) for r in new)
-        events.extend(json.dumps(e, separators=(",", ":")) for e in pipeline.out.events)
+        for e in pipeline.out.events:
+            Alert.model_validate(e)                 # every event keeps the gpufleet.alert.v1 contract
+            events.append(json.dumps(e, separators=(",", ":")))
         pipeline.out.rows, pipeline.out.events = {}, []
 
     for i, m in enumerate(messages):

@@ -134,3 +134,19 @@ def test_costly_calls_stay_off_the_tick():
 def test_no_driver_is_one_clear_error():
     with pytest.raises(NvmlUnavailable, match="NVML Shared Library Not Found"):
         NvmlReader(missing_library()).open()
+
+
+def test_a_read_that_fails_for_another_reason_is_null_counted_and_exported(reader):
+    from gpufleet.collectors.daemon import Metrics
+    reader.lib.timing_out_on[0] = {"nvmlDeviceGetPowerUsage"}
+    gpus = reader.read()
+    assert gpus[0]["power_w"] is None and gpus[1]["power_w"] is not None
+    reader.read()
+    assert reader.errors == 2                       # asked again next tick: a timeout is not "unsupported"
+    metrics = Metrics()
+
+    class Publisher:
+        delivered = failures = 0
+        spool = type("Spool", (), {"dropped_total": 0, "pending": 0, "size": 0})()
+    metrics.update(Publisher(), reader)
+    assert metrics.read_errors._value.get() == 2

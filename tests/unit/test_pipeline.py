@@ -5,11 +5,12 @@ from helpers import gpu, message
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.streams.config import StreamConfig
+from gpufleet.streams.events import DeadLetter
 from gpufleet.streams.pipeline import Pipeline
 
 
-def run(messages, cfg=StreamConfig()):
-    p = Pipeline(cfg)
+def run(messages, cfg=None):
+    p = Pipeline(cfg or StreamConfig())
     for i, m in enumerate(messages):
         p.submit(json.dumps(m), f"t:{i}")
     p.flush()
@@ -59,3 +60,5 @@ def test_malformed_input_is_counted_and_never_stops_processing():
     assert p.out.counts["dead_invalid"] == 4 and p.out.counts["messages"] == 5
     assert [d["source"] for d in p.out.dead] == ["f:1", "f:2", "f:3", "f:4"]
     assert p.nodes["n1"].gate.pending
+    for d in p.out.dead:                                  # each one a gpufleet.deadletter.v1 record
+        DeadLetter.model_validate(d)

@@ -61,7 +61,8 @@ def test_faults_show_in_the_telemetry():
         if label["kind"] == "straggler" and label["cause"] == "host_slow":
             mine = [g["util_pct"] for g, _ in inside if g["util_pct"] > 20]
             peers = [g["util_pct"] for uuid in by_gpu if uuid not in label["gpus"]
-                     for ts, g, _ in by_gpu[uuid] if g["job"] == label["job"] and label["start"] + 30 <= ts < label["end"]]
+                     for ts, g, _ in by_gpu[uuid]
+                     if g["job"] == label["job"] and label["start"] + 30 <= ts < label["end"]]
             assert peers and sum(mine) / len(mine) < sum(peers) / len(peers) - 5, label
         elif label["kind"] == "straggler":
             throttled = [g for g, _ in inside if g["throttle_reasons"] & ~0x4 or g["throttle_reasons"] == 0x4]

@@ -3,6 +3,7 @@ import math
 
 import pytest
 from helpers import gpu, message
+from pydantic import ValidationError
 
 from gpufleet.collectors.telemetry import MAX_GPUS, Telemetry, TelemetryError, check_clock, parse
 
@@ -96,6 +97,6 @@ def test_clock_skew_rule():
 
 def test_model_is_frozen():
     m = parse(message(1.7e9))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         m.ts = 5.0
     assert isinstance(m, Telemetry)

@@ -1,0 +1,56 @@
+"""Commands that read never write: no database created, nothing migrated; a missing database is named."""
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from gpufleet.sql.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+def gpufleet(*args, cwd=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=cwd)
+
+
+def test_reading_an_embedded_store_that_does_not_exist_creates_nothing(tmp_path):
+    where = tmp_path / "nowhere"
+    for args in (["summary"], ["sql", "SHOW DATABASES"], ["db", "status"]):
+        out = gpufleet(*args, "--dsn", f"chdb://{where}")
+        if args[0] == "db":
+            assert out.returncode == 0 and "pending" in out.stdout and "does not exist" not in out.stderr
+        else:
+            assert out.returncode == 2, out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1 and "gpufleet db migrate" in out.stderr, out.stderr
+        assert not where.exists(), f"{args} created the store"
+
+
+def test_reading_a_database_that_does_not_exist_names_it_and_creates_nothing(clickhouse_url):
+    missing = f"nosuch_{uuid.uuid4().hex[:8]}"
+    for args in (["summary"], ["sql", "SELECT 1"]):
+        out = gpufleet(*args, "--dsn", clickhouse_url, "--database", missing)
+        assert out.returncode == 2 and missing in out.stderr and "Traceback" not in out.stderr, out.stderr
+    server = Store.connect(clickhouse_url, "system")
+    try:
+        assert missing not in {name for (name,) in server.query("SHOW DATABASES")}
+    finally:
+        server.close()
+
+
+def test_a_database_without_the_schema_is_not_migrated_by_a_read(clickhouse_url):
+    name = f"bare_{uuid.uuid4().hex[:8]}"
+    bare = Store.connect(clickhouse_url, name, create=True)
+    try:
+        out = gpufleet("summary", "--dsn", clickhouse_url, "--database", name)
+        assert out.returncode == 2 and "gpufleet db migrate" in out.stderr, out.stderr
+        assert bare.query(f"SELECT count() FROM system.tables WHERE database = '{name}'") == [(0,)]
+        assert gpufleet("db", "migrate", "--dsn", clickhouse_url, "--database", name).returncode == 0
+        out = gpufleet("summary", "--dsn", clickhouse_url, "--database", name)
+        assert out.returncode == 0 and "Utilization by pool" in out.stdout, out.stderr
+    finally:
+        bare.drop()
+        bare.close()

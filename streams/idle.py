@@ -127,7 +127,7 @@ class IdleTracker:
         if run.detected is None:
             return
         out.row(IDLE_WINDOWS, (uuid, round(run.start * 1000), round(run.end * 1000), node, run.pool or "", run.index,
-                               run.tenant, run.job or "", run.duration, run.samples, run.max_util, reason,
+                               run.tenant, run.job or "", round(run.duration, 3), run.samples, run.max_util, reason,
                                int(open_)))
         if open_:
             return   # still idle when the input ended: the incident stays open

@@ -10,6 +10,7 @@ This module depends on pydantic only, so that collectors stay light.
 """
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -165,3 +166,28 @@ def check_clock(msg: Telemetry, now: float, max_skew_s: float) -> None:
     ahead = msg.ts - now
     if ahead > max_skew_s:
         raise TelemetryError(f"ts: {ahead:.0f} s ahead of the receiver's clock (limit {max_skew_s:g} s)", "clock_skew")
+
+
+# -- control messages on the telemetry topic --------------------------------------------------------------
+CONTROL_SCHEMA = "gpufleet.control.v1"
+_CONTROL_MARK = CONTROL_SCHEMA.encode()
+
+
+def end_of_stream(sent_at: float) -> bytes:
+    """The marker `gpufleet publish --end` sends to every partition after a recording: the workers flush
+    every open window as `replay` does at the end of its input."""
+    return json.dumps({"schema": CONTROL_SCHEMA, "kind": "end_of_stream", "sent_at": sent_at}).encode()
+
+
+def control_kind(payload: str | bytes | dict) -> str | None:
+    """The kind of a control message (``end_of_stream``), or None for anything else (telemetry, or junk)."""
+    if isinstance(payload, dict):
+        return payload.get("kind") if payload.get("schema") == CONTROL_SCHEMA else None
+    raw = payload.encode() if isinstance(payload, str) else payload
+    if _CONTROL_MARK not in raw[:200]:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    return doc.get("kind") if isinstance(doc, dict) and doc.get("schema") == CONTROL_SCHEMA else None

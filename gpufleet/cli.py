@@ -78,7 +78,7 @@ def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0, start_default
                    help=f"faults injected of each kind: straggler, IO starvation, memory leak (default {faults})")
     p.add_argument("--start", type=_when, default=start_default, metavar="WHEN",
                    help="simulated start, UTC: YYYY-MM-DD[THH:MM] or Unix seconds (default " +
-                        ("midnight UTC yesterday, so raw samples stay within their 14-day TTL)" if start_default is None
+                        ("midnight UTC yesterday)" if start_default is None
                          else "2026-01-05, a Monday)"))
 
 
@@ -130,6 +130,7 @@ def _writable_store(settings: Settings, fresh: bool = False):
         store.drop()
         store = _connect(settings, create=True)
     store.migrate()
+    store.set_raw_retention(settings.store.raw_retention_days)
     return store
 
 
@@ -432,7 +433,8 @@ def cmd_topics(args) -> int:
 def cmd_publish(args) -> int:
     import os
 
-    from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics, produce
+    from gpufleet.collectors.telemetry import end_of_stream
+    from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics, produce, produce_to_every_partition
     if not os.path.isfile(args.file):
         raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
     settings = load_settings(args.config, **_kafka_overrides(args))
@@ -457,7 +459,45 @@ def cmd_publish(args) -> int:
     n = produce(settings.kafka.bootstrap, topic, keyed())
     progress(n, final=True)
     print(f"published {n:,} messages to {topic} (key = node)")
+    if args.end:
+        parts = produce_to_every_partition(settings.kafka.bootstrap, topic, end_of_stream(time.time()))
+        print(f"sent the end-of-stream marker to the {parts} partitions: the workers flush every open window, "
+              f"as replay does; `gpufleet status --wait` tells when all is processed")
     return 0
+
+
+def cmd_status(args) -> int:
+    from gpufleet.streams import worker
+    from gpufleet.streams.kafka import KafkaUnavailable, group_progress
+    from gpufleet.summary import table
+    if args.wait is not None and not 0 < args.wait <= 86400:
+        raise UsageError(f"{args.prog}: argument --wait: {args.wait:g} is not between 0 and 86400 seconds")
+    overrides = _kafka_overrides(args)
+    if args.app_id:
+        overrides["worker"] = {"app_id": args.app_id}
+    settings = load_settings(args.config, **overrides)
+    names = worker.topic_names(settings)
+    deadline = time.monotonic() + (args.wait or 0)
+    clear = 0
+    while True:
+        try:
+            progress = group_progress(settings.kafka.bootstrap, settings.worker.app_id,
+                                      [names["telemetry"], names["by_job"]])
+        except KafkaUnavailable as err:
+            print(f"gpufleet status: kafka: {err}", file=sys.stderr)
+            return 1
+        lag = sum(end - (committed or 0) for _, _, committed, end in progress)
+        clear = clear + 1 if lag == 0 else 0
+        if args.wait is None or clear >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    print(table(["topic", "partition", "committed", "end", "lag"],
+                [(t, p, c, e, e - (c or 0)) for t, p, c, e in progress]))
+    if lag == 0:
+        print(f"all processed: group {settings.worker.app_id} has committed every message published")
+        return 0
+    print(f"{lag:,} messages not processed yet by group {settings.worker.app_id}")
+    return 1 if args.wait is not None else 0
 
 
 def cmd_model(args) -> int:
@@ -482,8 +522,9 @@ def build_parser() -> Parser:
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"gpufleet {__version__}")
     p.add_argument("--config", metavar="FILE", help="TOML settings file (default: $GPUFLEET_CONFIG)")
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="log verbosity on stderr (default WARNING)")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log verbosity on stderr (default WARNING; INFO for the worker, whose rebalances "
+                        "an operator follows)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
@@ -579,7 +620,22 @@ def build_parser() -> Parser:
     s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
     s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic)")
     s.add_argument("--partitions", type=int, help="partitions if the topic is created (setting kafka.partitions)")
+    s.add_argument("--end", action="store_true",
+                   help="after the file, mark the end of the stream on every partition: the workers then flush "
+                        "every open window as replay does at the end of its input")
     s.set_defaults(fn=cmd_publish)
+
+    s = sub.add_parser("status", help="how far the workers have got: committed offsets against the topics' ends",
+                       description="For the workers' consumer group (worker.app_id), each partition of the "
+                                   "telemetry and by-job topics: the offset committed, the end, and the lag. "
+                                   "Zero lag everywhere means everything published has been processed and is "
+                                   "stored (after `gpufleet publish --end`, windows included).")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic)")
+    s.add_argument("--app-id", help="the workers' app id, their consumer group (setting worker.app_id)")
+    s.add_argument("--wait", type=float, metavar="SECONDS",
+                   help="wait up to SECONDS for zero lag everywhere; exit 1 if it does not come")
+    s.set_defaults(fn=cmd_status)
 
     s = sub.add_parser("simulate", help="write a simulated fleet's telemetry and ground-truth labels",
                        description="Write a simulated fleet's telemetry (one gpufleet.telemetry.v1 message a "
@@ -637,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         args.prog = f"gpufleet {args.command}"
+        if args.log_level is None:
+            args.log_level = "INFO" if args.command in ("worker", "notify") else "WARNING"
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return args.fn(args)
     except (UsageError, SettingsError) as err:

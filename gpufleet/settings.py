@@ -35,6 +35,8 @@ class StoreSettings(BaseModel):
     password: SecretStr | None = Field(None, description="ClickHouse password (a server DSN may carry one too)")
     batch_rows: int = Field(50_000, ge=1, le=10_000_000, description="rows buffered before a write")
     batch_seconds: float = Field(2.0, ge=0, le=3600, description="longest a row waits before a write")
+    raw_retention_days: int = Field(14, ge=1, le=3650,
+                                    description="days raw samples are kept, counted from when they were stored")
 
     @field_validator("dsn")
     @classmethod

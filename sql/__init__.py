@@ -71,3 +71,19 @@ def migrations() -> list[Migration]:
     if len({m.version for m in found}) != len(found):
         raise ValueError("two migrations share a version number")
     return found
+
+
+@dataclass
+class Insert:
+    """Rows ready to insert into ``table``."""
+
+    table: str
+    columns: tuple[str, ...]
+    rows: list[tuple]
+
+    @property
+    def token(self) -> str:
+        digest = hashlib.sha256(self.table.encode())
+        for r in self.rows:
+            digest.update(repr(r).encode())
+        return digest.hexdigest()

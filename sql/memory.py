@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from . import StoreUnavailable
+from . import Insert, StoreUnavailable
 
 
 class MemoryStore:
@@ -16,14 +16,20 @@ class MemoryStore:
         self.unavailable = 0                      # the next this-many writes fail as if the store were down
         self.before_write: Callable[[str], None] | None = None   # called first (to block, or to record order)
 
-    def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
+    def prepare(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> Insert:
+        return Insert(table, tuple(columns), list(rows))
+
+    def insert(self, batch: Insert) -> int:
         if self.before_write is not None:
-            self.before_write(table)
+            self.before_write(batch.table)
         if self.unavailable:
             self.unavailable -= 1
-            raise StoreUnavailable(f"{table}: the memory store is down (as asked)")
-        self.rows.setdefault(table, []).extend(rows)
-        return len(rows)
+            raise StoreUnavailable(f"{batch.table}: the memory store is down (as asked)")
+        self.rows.setdefault(batch.table, []).extend(batch.rows)
+        return len(batch.rows)
+
+    def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
+        return self.insert(self.prepare(table, columns, rows, dedup))
 
     def count(self, table: str) -> int:
         return len(self.rows.get(table, ()))

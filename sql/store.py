@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
 
-from . import StoreError, StoreMissing, StoreUnavailable, migrations, parse_dsn
+from . import Insert, StoreError, StoreMissing, StoreUnavailable, migrations, parse_dsn
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _chdb_lock = threading.Lock()
@@ -150,6 +150,16 @@ class Store:
             done.append(m.name)
         return done
 
+    def set_raw_retention(self, days: int) -> bool:
+        """Keep raw samples ``days`` days from when they were stored; returns whether the TTL changed."""
+        ttl = f"inserted_at + toIntervalDay({int(days)})"
+        (engine,) = self.query("SELECT engine_full FROM system.tables WHERE database = %(db)s AND name = 'gpu_samples'",
+                               {"db": self.database})[0]
+        if f"toIntervalDay({int(days)})" in engine and "inserted_at" in engine:
+            return False
+        self.command(f"ALTER TABLE gpu_samples MODIFY TTL {ttl} SETTINGS materialize_ttl_after_modify = 0")
+        return True
+
     def applied(self) -> list[tuple[int, str]]:
         return self.query("SELECT version, name FROM schema_migrations FINAL ORDER BY version")
 
@@ -196,11 +206,10 @@ class Store:
             found.update(k for k in map(tuple, rows_found) if k in wanted)
         return found
 
-    def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
-        """Insert rows (tuples in ``columns`` order); returns how many were new."""
-        if not rows:
-            return 0
-        if dedup:   # drop rows already stored, and repeats within the batch
+    def prepare(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> Insert:
+        """The rows of ``rows`` not stored yet (for tables keyed with ``dedup``; repeats within the batch
+        dropped too), ready to insert, with a token that makes a retry of this very insert idempotent."""
+        if dedup and rows:
             seen = self.stored_keys(table, columns, rows)
             key = [i for i, _, _ in self._key(table, columns)]
             fresh = []
@@ -210,10 +219,25 @@ class Store:
                     seen.add(k)
                     fresh.append(r)
             rows = fresh
-            if not rows:
-                return 0
-        self._call(self.client.insert, table, rows, column_names=list(columns))
-        return len(rows)
+        return Insert(table, tuple(columns), list(rows))
+
+    def insert(self, batch: Insert) -> int:
+        """Insert a prepared batch; returns how many rows it holds.
+
+        ClickHouse drops a block it already holds with the same token, per table, the materialized
+        views' tables included: a retry after a failure that left the table written but a view not (the
+        server went down mid-insert) completes the view instead of losing its share or doubling the table.
+        """
+        if not batch.rows:
+            return 0
+        settings = {"insert_deduplication_token": batch.token,
+                    "deduplicate_blocks_in_dependent_materialized_views": 1}
+        self._call(self.client.insert, batch.table, batch.rows, column_names=list(batch.columns), settings=settings)
+        return len(batch.rows)
+
+    def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
+        """Insert rows (tuples in ``columns`` order); returns how many were new."""
+        return self.insert(self.prepare(table, columns, rows, dedup))
 
 
 def _where(target: dict) -> str:

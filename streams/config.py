@@ -19,8 +19,10 @@ class StreamConfig(BaseModel):
     max_clock_skew_s: float = Field(300.0, gt=0,
                                     description="live mode: messages further ahead of the clock are dead-lettered")
     raw_samples: bool = Field(True, description="store every GPU sample (with a TTL) besides the rollups")
-    job_node_timeout_s: float = Field(600.0, gt=0, le=86400,
-                                      description="job stage: a node this far behind the job's other nodes has left it")
+    node_idle_s: float = Field(
+        120.0, gt=0, le=86400,
+        description="live mode: a node silent this long (wall clock) while its partition is read to the end no "
+                    "longer holds the job stage back")
     model: str | None = Field(None,
                               description="path of a trained model (gpufleet model train); default: the packaged one")
     prices: dict[str, float] = Field(default_factory=dict,

@@ -71,13 +71,17 @@ class StateTable(Protocol):
     def __contains__(self, key: object) -> bool: ...
 
 
+StateKey = tuple[str, bytes]      # (table name, key)
+
+
 class Processor(Protocol):
     """The processing half of a stage: plain Python over inputs, with state saved per key."""
 
-    def process(self, inputs: list, out: Output) -> dict[bytes, int]:
-        """Process inputs into ``out``; returns the state keys touched, each with its partition."""
+    def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
+        """Process inputs into ``out``; returns the state keys touched, each with its partition. Watermarks
+        to announce to the job stage go in ``out.watermarks``."""
 
-    def save(self, key: bytes) -> bytes | None:
+    def save(self, key: StateKey) -> bytes | None:
         """The saved state of ``key``, or None when the key is finished (a tombstone)."""
 
     def forget(self) -> None:
@@ -123,11 +127,12 @@ class Pending:
     events: list = field(default_factory=list)
     dead: list = field(default_factory=list)
     job_samples: list = field(default_factory=list)
+    watermarks: dict = field(default_factory=dict)     # telemetry partition -> watermark (None: no limit)
     touched: dict = field(default_factory=dict)
     done: list = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.dead or self.job_samples or self.touched or self.done)
+        return bool(self.events or self.dead or self.job_samples or self.watermarks or self.touched or self.done)
 
 
 class Counts(Protocol):
@@ -141,9 +146,10 @@ class Counts(Protocol):
 class Stage:
     """One stage's batch loop (see the module docstring), around a processor kept live in memory."""
 
-    def __init__(self, name: str, processor: Processor, sink: Sink, bus: Bus, table: StateTable, topics: Topics,
-                 rebalances: Rebalances, metrics: Counts):
-        self.name, self.processor, self.sink, self.bus, self.table = name, processor, sink, bus, table
+    def __init__(self, name: str, processor: Processor, sink: Sink, bus: Bus, tables: dict[str, StateTable],
+                 topics: Topics, rebalances: Rebalances, metrics: Counts, session_s: float = 10.0):
+        self.name, self.processor, self.sink, self.bus, self.tables = name, processor, sink, bus, tables
+        self.session_s = session_s            # a worker silent this long may have lost its partitions
         self.topics, self.rebalances, self.metrics = topics, rebalances, metrics
         self.out = Output()
         self.pending = Pending()
@@ -185,13 +191,19 @@ class Stage:
             p.events += events
             p.dead += dead
             p.job_samples += out.job_samples
+            p.watermarks.update(out.watermarks)
             p.touched.update(touched)
             p.done += out.done
-            out.job_samples, out.done = [], []
+            out.job_samples, out.done, out.watermarks = [], [], {}
             if (p or self.sink.buffered) and self.pending_since is None:
                 self.pending_since = time.monotonic()
             if self.due():
                 await self._make_durable(ack)
+
+    async def poke(self) -> None:
+        """Run the processor over no input (it may act on the wall clock: idle nodes), once it has had input."""
+        if self.ack is not None:
+            await self.batch([], self.ack)
 
     async def tick(self) -> None:
         """Called periodically: make pending results durable once the sink is due, even without new input."""
@@ -235,6 +247,9 @@ class Stage:
         for partition, samples in sorted(groups.items()):
             for i in range(0, len(samples), JOB_SAMPLES_PER_MESSAGE):
                 sends.append((t.by_job, None, partition, json.dumps(samples[i:i + JOB_SAMPLES_PER_MESSAGE]).encode()))
+        if p.watermarks:                                  # after the samples they vouch for, to every partition
+            record = json.dumps([{"watermarks": {str(k): v for k, v in sorted(p.watermarks.items())}}]).encode()
+            sends += [(t.by_job, None, partition, record) for partition in range(t.partitions)]
         return sends
 
     async def _send_all(self, sends) -> None:
@@ -251,20 +266,26 @@ class Stage:
         # the store write and the broker's acknowledgements overlap; state waits for both
         rows = self.sink.take()
         await asyncio.gather(asyncio.to_thread(self.sink.write, rows), self._send_all(self._sends(p)))
+        if time.monotonic() - started > self.session_s:
+            # Longer than a session (the store was down, or this process was paused): the group may have
+            # given these partitions to another worker meanwhile. Give the consumer a moment to hear of it
+            # (the revocation then shows below) before saving state that the new owner may have moved past.
+            await asyncio.sleep(min(3.0, self.session_s / 2))
         if self.rebalances.seen != generation:
             # A rebalance happened meanwhile: these partitions may belong to another worker now, which
             # restored the saved state and gets the unacknowledged inputs again. Rows and events written
             # so far are idempotent; saving state or acknowledging now could undo its work.
             self.metrics.event(self.name, "batches_abandoned")
             return
-        self.table.partition_of.update(p.touched)
-        for key in p.touched:
-            value = self.processor.save(key)
+        for (name, key), partition in p.touched.items():
+            table = self.tables[name]
+            table.partition_of[key] = partition
+            value = self.processor.save((name, key))
             if value is None:
-                if key in self.table:
-                    del self.table[key]                   # finished: a tombstone in the changelog
+                if key in table:
+                    del table[key]                        # finished: a tombstone in the changelog
             else:
-                self.table[key] = value
+                table[key] = value
         await self.bus.flush()
         if self.rebalances.seen != generation:
             self.metrics.event(self.name, "batches_abandoned")

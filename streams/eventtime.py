@@ -15,6 +15,7 @@ so after a restart they are delivered again and admitted again.
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 from gpufleet.collectors.telemetry import Telemetry
@@ -108,3 +109,36 @@ class Gate:
         gate._released_order.extend(order)
         gate.released.update(order)
         return gate
+
+
+class LowWatermark:
+    """The lowest of several watermarks (one per node, or one per partition), kept as they advance.
+
+    A key's mark only moves forward; :attr:`value` is the lowest current mark (a lazy heap, so an
+    update costs O(log n) however many keys there are).
+    """
+
+    __slots__ = ("marks", "_heap")
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def advance(self, key: str, mark: float) -> None:
+        if mark <= self.marks.get(key, float("-inf")):
+            return
+        self.marks[key] = mark
+        heapq.heappush(self._heap, (mark, key))
+
+    def remove(self, key: str) -> None:
+        self.marks.pop(key, None)
+
+    def value(self, empty: float = float("-inf")) -> float:
+        """The lowest mark; ``empty`` when there is none."""
+        heap, marks = self._heap, self.marks
+        while heap and marks.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        if len(heap) > 4 * len(marks) + 64:          # stale entries of removed keys: rebuild
+            self._heap = heap = [(m, k) for k, m in marks.items()]
+            heapq.heapify(heap)
+        return heap[0][0] if heap else empty

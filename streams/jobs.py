@@ -1,16 +1,16 @@
 """The job stage: every GPU of a (multi-node) job in one place, ordered by event time.
 
 The node stage hands each job the samples of its GPUs on that node (a *job
-sample*), and a *leave* mark when the job is gone from the node. A job's
-watermark is the smallest latest ``ts`` over the nodes it runs on: each node's
-samples arrive in order, so everything up to it is complete. Samples are
+sample*), and a *leave* mark when the job is gone from the node. They are
 released in ``(ts, node)`` order; one-minute job rollups (per-GPU means, then
 their spread across the job) are what this stage emits, and the straggler
 detector works on the same released stream.
 
-A node seen for the first time after the job's watermark passed its samples
-(possible only when partitions are read far apart in event time) is counted as
-``job_late`` and its samples join the open minute only.
+Items are released by the stage's watermark: the lowest watermark over every
+node of the fleet (in the distributed mode, over every telemetry partition, each
+announcing the lowest of its nodes), so a job's samples are processed only once
+no node can still send one older. Results therefore do not depend on how far
+apart in event time the partitions are read.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .jobsample import CLOCK, POWER, UTIL, UUID
 from .output import Output, Table
 from .state import StateError, check_version, load_fields, save_fields
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 JOB_ROLLUP = Table("job_rollup_1m", (
     "minute", "job", "tenant", "pool", "nodes", "gpus", "samples", "util_pct_mean", "util_pct_min_gpu",
@@ -98,8 +98,8 @@ class JobMinute:
 
 
 @dataclass(slots=True)
-class WaitingSample:
-    """A job sample waiting until every node of the job has passed its time (not saved)."""
+class WaitingItem:
+    """A job sample or leave mark waiting for the stage's watermark (not saved: it comes again after a restart)."""
 
     ts: float
     node: str
@@ -108,74 +108,69 @@ class WaitingSample:
 
 
 class JobProcessor:
-    """One job's state: its nodes' progress, samples waiting for the watermark, the open minute."""
+    """One job's state: the nodes that hold it, items waiting for the watermark, the open minute.
 
-    __slots__ = ("job", "nodes", "released", "pending", "frontier", "minute", "acc", "tenant", "pool", "detect",
-                 "heard")
+    The stage's watermark (the lowest event time every node of the fleet has passed) releases a job's
+    waiting items in ``(ts, node)`` order: whatever order partitions are read in, each job sees its
+    samples as if every node had reported in step. A sample behind what the job has released is a
+    duplicate when its node already sent it, and late otherwise (counted and dead-lettered).
+    """
+
+    __slots__ = ("job", "members", "released", "pending", "frontier", "minute", "acc", "tenant", "pool", "detect")
 
     def __init__(self, job: str):
         self.job = job
-        self.nodes: dict[str, float] = {}        # node -> its latest ts admitted
-        self.released: dict[str, float] = {}     # node -> its latest ts released
-        self.pending: list[WaitingSample] = []
-        self.frontier = float("-inf")            # everything at or before it is released
+        self.members: set[str] = set()           # nodes holding the job, as of what was released
+        self.released: dict[str, float] = {}     # node -> the newest ts released from it
+        self.pending: list[WaitingItem] = []
+        self.frontier = float("-inf")            # the newest ts released
         self.minute: int | None = None
         self.acc = JobMinute()
         self.tenant = self.pool = None
         self.detect = JobDetector()
-        self.heard: dict[str, float] = {}        # live mode: node -> wall time of its latest sample
 
-    def push(self, sample: dict, out: Output, ref=None, node_timeout_s: float = 600.0,
-             detection: Detection | None = None, now: float | None = None) -> None:
-        """Admit one job sample. ``now`` (live mode) is the wall clock: a node is then taken as gone only
-        once it is also silent for ``node_timeout_s`` of real time, not merely read behind the others."""
+    def push(self, sample: dict, out: Output, ref=None, source: str = "", received_at: float = 0.0) -> None:
+        """Admit one job sample or leave mark; it waits until :meth:`release` passes its time."""
         node, ts = sample["node"], sample["ts"]
-        if sample.get("leave"):
-            self.nodes.pop(node, None)
-            self.released.pop(node, None)
+        if ts <= self.released.get(node, float("-inf")):
+            out.counts["job_duplicates"] += 1      # released already (delivered again after a restart)
             out.done.append(ref)
-        elif ts <= self.nodes.get(node, float("-inf")):
-            out.counts["job_duplicates"] += 1      # each node's samples come in order: this one came before
-            waiting = next((p for p in self.pending if p.ts == ts and p.node == node), None)
-            if waiting is not None:
-                waiting.refs.append(ref)           # done when the one it repeats is (it may be the same input)
-            else:
-                out.done.append(ref)
             return
-        else:
-            if node not in self.nodes and ts <= self.frontier:
-                out.counts["job_late"] += 1
-            self.nodes[node] = ts
-            self.pending.append(WaitingSample(ts, node, sample, [ref]))
-            if now is not None:
-                self.heard[node] = now
-            # a node that stopped reporting (it died) must not hold the job back for ever
-            for other, last in list(self.nodes.items()):
-                silent = now is None or now - self.heard.setdefault(other, now) > node_timeout_s
-                if ts - last > node_timeout_s and silent:
-                    del self.nodes[other]
-                    self.released.pop(other, None)
-                    self.heard.pop(other, None)
-                    out.counts["job_node_timeout"] += 1
-        self._release(min(self.nodes.values()) if self.nodes else float("inf"), out, detection)
-        if not self.nodes:
-            self.close(out)                      # gone from every node: the job's last minute is complete
-            self.detect.end(ts, out)
+        waiting = next((p for p in self.pending if p.ts == ts and p.node == node), None)
+        if waiting is not None:
+            out.counts["job_duplicates"] += 1
+            waiting.refs.append(ref)               # done when the one it repeats is (it may be the same input)
+            return
+        if ts < self.frontier:
+            out.counts["job_late"] += 1
+            out.dead_letter("late", f"ts: job sample of node {node} for job {self.job} is {self.frontier - ts:.1f} s "
+                                    "behind what the job has released (its node was taken as gone, or it was "
+                                    "read too late)", source, received_at, sample)
+            out.done.append(ref)
+            return
+        self.pending.append(WaitingItem(ts, node, sample, [ref]))
 
-    def _release(self, watermark: float, out: Output, detection: Detection | None = None) -> None:
+    def release(self, watermark: float, out: Output, detection: Detection | None = None) -> None:
+        """Process, in ``(ts, node)`` order, the waiting items older than ``watermark``."""
         if not self.pending:
             return
-        ready = [p for p in self.pending if p.ts <= watermark]
+        ready = [p for p in self.pending if p.ts < watermark]
         if not ready:
             return
-        self.pending = [p for p in self.pending if p.ts > watermark]
+        self.pending = [p for p in self.pending if p.ts >= watermark]
         ready.sort(key=lambda p: (p.ts, p.node))
         for p in ready:
-            self._process(p.ts, p.node, p.sample, out, detection)
+            if p.sample.get("leave"):
+                self.members.discard(p.node)
+                if not self.members:
+                    self.close(out)              # gone from every node: the job's last minute is complete
+                    self.detect.end(p.ts, out)
+            else:
+                self.members.add(p.node)
+                self._process(p.ts, p.node, p.sample, out, detection)
             self.released[p.node] = p.ts
+            self.frontier = p.ts
             out.done.extend(p.refs)
-        self.frontier = max(self.frontier, ready[-1].ts)
-
     def _process(self, ts: float, node: str, sample: dict, out: Output, detection: Detection | None) -> None:
         minute = int(ts // 60) * 60
         if self.minute is not None and minute > self.minute:
@@ -196,20 +191,18 @@ class JobProcessor:
 
     def flush(self, out: Output, detection: Detection | None = None) -> None:
         """End of input: release what waits and close the minute."""
-        self._release(float("inf"), out, detection)
+        self.release(float("inf"), out, detection)
         self.close(out)
 
     @property
     def finished(self) -> bool:
-        """No node runs the job any more and nothing waits."""
-        return not self.nodes and not self.pending
+        """No node holds the job any more and nothing waits."""
+        return not self.members and not self.pending
 
     def to_state(self) -> dict:
-        """Waiting samples are left out (they were not acknowledged: they come again after a restart),
-        so each node's progress is saved as of what was released."""
-        frontier = self.frontier if self.frontier != float("-inf") else None
-        nodes = {n: self.released[n] for n in self.nodes if n in self.released}
-        return {"v": STATE_VERSION, "nodes": nodes, "frontier": frontier, "minute": self.minute,
+        """Waiting items are left out (they were not acknowledged: they come again after a restart)."""
+        return {"v": STATE_VERSION, "members": sorted(self.members), "released": self.released,
+                "frontier": None if self.frontier == float("-inf") else self.frontier, "minute": self.minute,
                 "acc": self.acc.to_state(), "tenant": self.tenant, "pool": self.pool,
                 "detect": self.detect.to_state()}
 
@@ -218,12 +211,12 @@ class JobProcessor:
         check_version(f"job {job}", state, STATE_VERSION)
         p = cls(job)
         try:
-            p.nodes, frontier, p.minute = dict(state["nodes"]), state["frontier"], state["minute"]
+            p.members, p.released = set(state["members"]), dict(state["released"])
+            frontier, p.minute = state["frontier"], state["minute"]
             p.tenant, p.pool = state["tenant"], state["pool"]
             p.detect = JobDetector.from_state(state["detect"])
             p.acc = JobMinute.from_state(state["acc"])
         except KeyError as err:
             raise StateError(f"job {job}: saved state lacks {err}") from None
-        p.released = dict(p.nodes)
         p.frontier = float("-inf") if frontier is None else frontier
         return p

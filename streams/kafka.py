@@ -114,6 +114,41 @@ def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, bytes]], **co
     return n
 
 
+def produce_to_every_partition(bootstrap: str, topic: str, value: bytes) -> int:
+    """Send ``value`` once to each partition of ``topic`` (a control message such as the end of stream)."""
+    partitions = sorted(end_offsets(bootstrap, topic))
+    producer = Producer(producer_config(bootstrap))
+    failed: list[str] = []
+    for p in partitions:
+        producer.produce(topic, value=value, partition=p,
+                         on_delivery=lambda err, msg: failed.append(str(err)) if err is not None else None)
+    remaining = producer.flush(60)
+    if failed or remaining:
+        raise KafkaException(f"{len(failed)} messages failed, {remaining} undelivered: {failed[:3]}")
+    return len(partitions)
+
+
+def group_progress(bootstrap: str, group: str, topics: list[str]) -> list[tuple[str, int, int | None, int]]:
+    """Per partition of ``topics``: (topic, partition, offset ``group`` committed or None, end offset)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(timeout=10).topics
+        missing = [t for t in topics if t not in meta]
+        if missing:
+            raise KafkaUnavailable(f"no topic {', '.join(missing)} at {bootstrap}")
+        tps = [TopicPartition(t, p) for t in topics for p in sorted(meta[t].partitions)]
+        committed = consumer.committed(tps, timeout=10)
+        out = []
+        for tp in committed:
+            end = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1]
+            out.append((tp.topic, tp.partition, tp.offset if tp.offset >= 0 else None, end))
+        return out
+    except KafkaException as err:
+        raise KafkaUnavailable(f"Kafka at {bootstrap} did not answer: {err}") from None
+    finally:
+        consumer.close()
+
+
 def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = None,
             idle_timeout_s: float | None = None, to_end: bool = False) -> Iterator[tuple[str, bytes]]:
     """Yield ``("topic/partition/offset", value)`` from the start of ``topic``.

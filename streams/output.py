@@ -19,7 +19,7 @@ class Table:
 
 
 class Output:
-    __slots__ = ("rows", "events", "dead", "counts", "job_samples", "done")
+    __slots__ = ("rows", "events", "dead", "counts", "job_samples", "watermarks", "done")
 
     def __init__(self):
         self.rows: dict[Table, list[tuple]] = {}
@@ -27,6 +27,7 @@ class Output:
         self.dead: list[dict] = []
         self.counts: Counter = Counter()
         self.job_samples: list[dict] = []    # for the job stage (streams/jobs.py)
+        self.watermarks: dict[int, float | None] = {}   # distributed mode: telemetry partition -> its watermark
         self.done: list = []                 # references of inputs whose results are all in this output
 
     def row(self, table: Table, row: tuple) -> None:

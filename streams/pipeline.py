@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, parse
+from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, control_kind, parse
 from gpufleet.models.artifact import Model
 
 from .config import StreamConfig
 from .detect import Detection, Recorder
-from .eventtime import DUPLICATE, LATE, REPLAYED
+from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
 from .jobs import JobProcessor
 from .node import NodeProcessor
 from .output import Output
@@ -32,10 +32,14 @@ class Pipeline:
         self.live = live
         self.route_jobs = route_jobs
         self.load_node = load_node or (lambda name: None)     # saved state, in the distributed mode
+        self.keeps_state = load_job is not None                # the distributed mode: state saved in tables
         self.load_job = load_job or (lambda name: None)
         self.clock = clock
         self.nodes: dict[str, NodeProcessor] = {}
         self.jobs: dict[str, JobProcessor] = {}
+        self.waiting: set[str] = set()           # jobs with items waiting for the watermark
+        self.forgotten: set[str] = set()         # jobs that ended since their state was last saved
+        self.fleet = LowWatermark()              # the embedded mode's job watermark: the lowest node watermark
         self.out = Output()
 
     def submit(self, payload: str | bytes | dict, source: str, ref=None,
@@ -46,6 +50,10 @@ class Pipeline:
         """
         out = self.out
         out.counts["messages"] += 1
+        if control_kind(payload) is not None:         # e.g. end of stream: a worker's business, not replay's
+            out.counts["control"] += 1
+            out.done.append(ref)
+            return None
         try:
             msg = parse(payload)
             if self.live:
@@ -67,7 +75,8 @@ class Pipeline:
     def job(self, name: str) -> JobProcessor:
         job = self.jobs.get(name)
         if job is None:
-            job = self.jobs[name] = self.load_job(name) or JobProcessor(name)
+            saved = None if name in self.forgotten else self.load_job(name)
+            job = self.jobs[name] = saved or JobProcessor(name)
         return job
 
     def push(self, msg: Telemetry, source: str = "", payload=None, ref=None,
@@ -76,6 +85,9 @@ class Pipeline:
         node = self.node(msg.node)
         status = node.push(msg, self.cfg, self.out, ref, self.detection, position)
         if self.route_jobs:
+            watermark = node.gate.watermark(self.cfg.lateness_s)
+            if watermark is not None:
+                self.fleet.advance(msg.node, watermark)
             self.route()
         if status == DUPLICATE:
             self.out.counts["duplicates"] += 1
@@ -90,19 +102,46 @@ class Pipeline:
             return None
         return msg
 
-    def route(self) -> None:
-        """The in-process bus to the job stage (the distributed mode sends job samples through Kafka)."""
+    def route(self, watermark: float | None = None) -> None:
+        """The in-process bus to the job stage (the distributed mode sends job samples through Kafka): admit
+        the job samples, then release what the fleet's watermark (every node's, by default) has passed."""
         samples, self.out.job_samples = self.out.job_samples, []
         for sample in samples:
-            self.job(sample["job"]).push(sample, self.out, node_timeout_s=self.cfg.job_node_timeout_s,
-                                         detection=self.detection)
+            self.admit_job_sample(sample)
+        self.release_jobs(self.fleet.value() if watermark is None else watermark)
+
+    def admit_job_sample(self, sample: dict, ref=None, source: str = "") -> None:
+        job = self.job(sample["job"])
+        job.push(sample, self.out, ref, source, self.clock())
+        if job.pending:
+            self.waiting.add(job.job)
+
+    def release_jobs(self, watermark: float, which: Callable[[str], bool] | None = None) -> None:
+        """Release every job's items older than ``watermark`` (of the jobs ``which`` picks); forget the jobs
+        that ended."""
+        out = self.out
+        for name in sorted(self.waiting):
+            if which is not None and not which(name):
+                continue
+            job = self.jobs[name]
+            job.release(watermark, out, self.detection)
+            if not job.pending:
+                self.waiting.discard(name)
+                if job.finished:
+                    self.finished(name)
+
+    def finished(self, name: str) -> None:
+        """A job no node holds any more: dropped (the distributed mode deletes its saved state)."""
+        del self.jobs[name]
+        if self.keeps_state:
+            self.forgotten.add(name)
 
     def flush(self) -> None:
         """End of input: every open window is closed and emitted."""
         for node in self.nodes.values():
             node.flush(self.cfg, self.out, self.detection)
         if self.route_jobs:
-            self.route()
+            self.route(float("inf"))
             for job in self.jobs.values():
                 job.flush(self.out, self.detection)
 

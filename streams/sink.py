@@ -91,10 +91,12 @@ class Sink:
         """Write rows taken from the buffer, retrying while the store is unavailable; returns how many were new."""
         new = 0
         for table, rows in buffer.items():
-            delay = self.backoff_s[0]
+            delay, batch = self.backoff_s[0], None
             while True:
                 try:
-                    n = self.store.write(table.name, table.columns, rows, dedup=table.dedup)
+                    # what is not stored yet is decided once: a retry inserts the very same block again
+                    batch = batch or self.store.prepare(table.name, table.columns, rows, dedup=table.dedup)
+                    n = self.store.insert(batch)
                     break
                 except StoreUnavailable as err:
                     self.failures += 1

@@ -1,9 +1,11 @@
 """The processing halves of the worker's two stages, over the shared pipeline (see durable.py for the protocol).
 
 - :class:`NodeStage`: telemetry messages (key = node) through the node processors; its state is each
-  node's processor, saved in the ``nodes`` table under the node name.
-- :class:`JobStage`: groups of job samples (partitioned by job) through the job processors; its state
-  is each job's processor, saved in the ``jobs`` table under the job name (deleted once the job ends).
+  node's processor (table ``nodes``, key = node name) and each telemetry partition's clock (table
+  ``clocks``, key ``node:<partition>``), whose watermark it announces to the job stage.
+- :class:`JobStage`: groups of job samples and watermark announcements (partitioned by job) through the
+  job processors; its state is each job's processor (table ``jobs``, key = job name, deleted once the job
+  ends) and each by-job partition's clock (table ``clocks``, key ``job:<partition>``).
 """
 from __future__ import annotations
 
@@ -12,11 +14,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from .durable import Share
+from gpufleet.collectors.telemetry import control_kind
+
+from .clocks import INF, PartitionClock, SourceClock
+from .durable import Share, StateKey, job_partition
 from .output import Output
 from .pipeline import Pipeline
 
 P = TypeVar("P")
+NODES, JOBS, CLOCKS = "nodes", "jobs", "clocks"
 
 
 def saved(table: Mapping[bytes, bytes], decode: Callable[[str, dict], P]) -> Callable[[str], P | None]:
@@ -28,54 +34,150 @@ def saved(table: Mapping[bytes, bytes], decode: Callable[[str, dict], P]) -> Cal
 
 
 class NodeStage:
-    def __init__(self, pipeline: Pipeline):
-        self.pipeline = pipeline
+    def __init__(self, pipeline: Pipeline, clocks: Mapping[bytes, bytes], live: bool = True,
+                 assigned: Callable[[], set[int]] = set, lag: Callable[[int], int | None] = lambda partition: None,
+                 clock: Callable[[], float] = time.time):
+        self.pipeline, self.clock_table, self.live, self.now = pipeline, clocks, live, clock
+        self.assigned, self.lag = assigned, lag          # telemetry partitions held, and each one's lag
+        self.clocks: dict[int, PartitionClock] = {}
 
-    def process(self, inputs: list, out: Output) -> dict[bytes, int]:
+    def partition_clock(self, partition: int) -> PartitionClock:
+        c = self.clocks.get(partition)
+        if c is None:
+            raw = self.clock_table.get(f"node:{partition}".encode())
+            c = PartitionClock.from_state(json.loads(raw), f"partition {partition} clock") if raw else PartitionClock()
+            self.clocks[partition] = c
+        return c
+
+    def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
         pipeline, touched = self.pipeline, {}
         pipeline.out = out
+        now = self.now()
         for ev in inputs:
             m = ev.message
+            clock = self.partition_clock(m.partition)
+            touched[(CLOCKS, f"node:{m.partition}".encode())] = m.partition
+            if control_kind(ev.value) == "end_of_stream":
+                self.end_of_stream(m.partition, clock, touched)
+                out.counts["end_of_stream"] += 1
+                out.done.append(ev)
+                continue
             msg = pipeline.submit(ev.value, f"{m.topic}/{m.partition}/{m.offset}", ref=ev,
                                   position=(m.partition, m.offset))
             if msg is not None:
-                touched[msg.node.encode()] = m.partition
+                touched[(NODES, msg.node.encode())] = m.partition
+                clock.heard_from(msg.node, pipeline.nodes[msg.node].gate.watermark(pipeline.cfg.lateness_s), now)
+        for partition in self.assigned():          # a partition without any message still has a clock
+            self.partition_clock(partition)
+        if self.live:
+            for partition, clock in self.clocks.items():
+                if clock.check_idle(now, pipeline.cfg.node_idle_s, self.lag(partition) == 0):
+                    touched[(CLOCKS, f"node:{partition}".encode())] = partition
+                    out.counts["idle_checks_changed"] += 1
+        for partition, clock in self.clocks.items():
+            mark = clock.watermark()
+            if mark is not None and mark != clock.announced:
+                out.watermarks[partition] = None if mark == INF else mark
+                clock.announced = mark
         return touched
 
-    def save(self, key: bytes) -> bytes | None:
-        return json.dumps(self.pipeline.nodes[key.decode()].to_state()).encode()
+    def end_of_stream(self, partition: int, clock: PartitionClock, touched: dict) -> None:
+        """The end of a recording: every node of the partition flushes its open windows, as replay does."""
+        pipeline = self.pipeline
+        for name in clock.nodes():
+            node = pipeline.node(name)
+            node.flush(pipeline.cfg, pipeline.out, pipeline.detection)
+            touched[(NODES, name.encode())] = partition
+        clock.ended = True
+
+    def save(self, key: StateKey) -> bytes | None:
+        table, name = key
+        if table == CLOCKS:
+            return json.dumps(self.clocks[int(name.split(b":")[1])].to_state()).encode()
+        return json.dumps(self.pipeline.nodes[name.decode()].to_state()).encode()
 
     def forget(self) -> None:
         self.pipeline.nodes.clear()
+        self.clocks.clear()
 
 
 class JobStage:
-    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.time):
-        self.pipeline, self.clock = pipeline, clock
+    def __init__(self, pipeline: Pipeline, jobs: Mapping[bytes, bytes], clocks: Mapping[bytes, bytes],
+                 partitions: int):
+        self.pipeline, self.job_table, self.clock_table, self.partitions = pipeline, jobs, clocks, partitions
+        self.clocks: dict[int, SourceClock] = {}
 
-    def process(self, inputs: list, out: Output) -> dict[bytes, int]:
+    def source_clock(self, partition: int) -> SourceClock:
+        c = self.clocks.get(partition)
+        if c is None:
+            raw = self.clock_table.get(f"job:{partition}".encode())
+            c = (SourceClock.from_state(json.loads(raw), self.partitions, f"by-job partition {partition} clock")
+                 if raw else SourceClock(self.partitions))
+            self.clocks[partition] = c
+        return c
+
+    def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
         pipeline, touched = self.pipeline, {}
-        timeout = pipeline.cfg.job_node_timeout_s
-        now = self.clock()
+        pipeline.out = out
+        advanced: set[int] = set()
         for ev in inputs:
-            samples = json.loads(ev.value)
-            if not samples:
+            m = ev.message
+            items = json.loads(ev.value)
+            if not items:
                 out.done.append(ev)
                 continue
-            share = Share(ev, len(samples))
-            for sample in samples:
-                pipeline.job(sample["job"]).push(sample, out, ref=share, node_timeout_s=timeout,
-                                                 detection=pipeline.detection, now=now)
-                touched[sample["job"].encode()] = ev.message.partition
+            share = Share(ev, len(items))
+            source = f"{m.topic}/{m.partition}/{m.offset}"
+            for item in items:
+                if "watermarks" in item:
+                    self.source_clock(m.partition).announce(item["watermarks"])
+                    touched[(CLOCKS, f"job:{m.partition}".encode())] = m.partition
+                    advanced.add(m.partition)
+                    out.done.append(share)
+                else:
+                    pipeline.admit_job_sample(item, ref=share, source=source)
+                    touched[(JOBS, item["job"].encode())] = m.partition
+        for partition in sorted(advanced):
+            clock = self.source_clock(partition)
+            watermark = clock.watermark()
+            if watermark == INF and not clock.flushed:
+                self.flush(partition, touched)
+                clock.flushed = True
+            else:
+                self.release(partition, watermark, touched)
         return touched
 
-    def save(self, key: bytes) -> bytes | None:
-        name = key.decode()
-        job = self.pipeline.jobs[name]
-        if job.finished:
-            del self.pipeline.jobs[name]
+    def release(self, partition: int, watermark: float, touched: dict) -> None:
+        pipeline = self.pipeline
+        for name in sorted(pipeline.waiting):
+            if job_partition(name, self.partitions) == partition:
+                touched[(JOBS, name.encode())] = partition
+        pipeline.release_jobs(watermark, lambda name: job_partition(name, self.partitions) == partition)
+
+    def flush(self, partition: int, touched: dict) -> None:
+        """Every source partition ended: every job of this partition is flushed, as replay does at the end."""
+        pipeline = self.pipeline
+        names = {n for n in pipeline.jobs if job_partition(n, self.partitions) == partition}
+        names |= {k.decode() for k in self.job_table if job_partition(k.decode(), self.partitions) == partition}
+        self.release(partition, INF, touched)
+        for name in sorted(names):
+            job = pipeline.job(name)
+            job.flush(pipeline.out, pipeline.detection)
+            touched[(JOBS, name.encode())] = partition
+
+    def save(self, key: StateKey) -> bytes | None:
+        table, name = key
+        if table == CLOCKS:
+            return json.dumps(self.clocks[int(name.split(b":")[1])].to_state()).encode()
+        job = self.pipeline.jobs.get(name.decode())
+        self.pipeline.forgotten.discard(name.decode())
+        if job is None or job.finished:
+            self.pipeline.jobs.pop(name.decode(), None)
             return None
         return json.dumps(job.to_state()).encode()
 
     def forget(self) -> None:
         self.pipeline.jobs.clear()
+        self.pipeline.waiting.clear()
+        self.pipeline.forgotten.clear()
+        self.clocks.clear()

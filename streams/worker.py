@@ -18,7 +18,7 @@ from .metrics import WorkerMetrics
 from .node import NodeProcessor
 from .pipeline import Pipeline
 from .sink import Sink
-from .stages import JobStage, NodeStage, saved
+from .stages import CLOCKS, JOBS, NODES, JobStage, NodeStage, saved
 from .state import StateError
 
 log = logging.getLogger("gpufleet.worker")
@@ -34,8 +34,8 @@ def internal_topics(settings) -> dict[str, int]:
     """Every topic the worker needs, with its partition count (created before Faust starts)."""
     n, app_id = settings.kafka.partitions, settings.worker.app_id
     t = topic_names(settings)
-    return {t["telemetry"]: n, t["by_job"]: n, t["dlq"]: n, t["alerts"]: n,
-            f"{app_id}-nodes-changelog": n, f"{app_id}-jobs-changelog": n, f"{app_id}-__assignor-__leader": 1}
+    return {t["telemetry"]: n, t["by_job"]: n, t["dlq"]: n, t["alerts"]: n, f"{app_id}-nodes-changelog": n,
+            f"{app_id}-jobs-changelog": n, f"{app_id}-clocks-changelog": n, f"{app_id}-__assignor-__leader": 1}
 
 
 class FaustBus:
@@ -67,26 +67,36 @@ def make_app(settings, store, model=None) -> faust.App:
               for name in names.values()}
     rewind_from_zero(app.consumer, {names["telemetry"], names["by_job"]})
 
-    # state tables (changelog <app_id>-nodes-changelog, <app_id>-jobs-changelog)
-    nodes = KeyedTable(app, name="nodes", default=None, partitions=n, key_type=bytes, value_type=bytes,
-                       help="each node's processor state")
-    jobs = KeyedTable(app, name="jobs", default=None, partitions=n, key_type=bytes, value_type=bytes,
-                      help="each job's processor state")
-    app.tables.add(nodes)
-    app.tables.add(jobs)
+    # state tables (changelogs <app_id>-nodes-changelog, -jobs-changelog, -clocks-changelog)
+    tables = {name: KeyedTable(app, name=name, default=None, partitions=n, key_type=bytes, value_type=bytes,
+                               help=what)
+              for name, what in ((NODES, "each node's processor state"), (JOBS, "each job's processor state"),
+                                 (CLOCKS, "each partition's clock, for the job stage's watermark"))}
+    for table in tables.values():
+        app.tables.add(table)
 
     # the stages: one pipeline, state restored from the tables on first use
     pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model,
-                        load_node=saved(nodes, NodeProcessor.from_state), load_job=saved(jobs, JobProcessor.from_state))
+                        load_node=saved(tables[NODES], NodeProcessor.from_state),
+                        load_job=saved(tables[JOBS], JobProcessor.from_state))
     metrics, rebalances = WorkerMetrics(), Rebalances()
     outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n)
     bus = FaustBus(app, topics)
+    lags: dict[tuple[str, int], int] = {}
 
     def sink() -> Sink:
         return Sink(store, settings.store.batch_rows, settings.store.batch_seconds)
 
-    node_stage = Stage("node", NodeStage(pipeline), sink(), bus, nodes, outputs, rebalances, metrics)
-    job_stage = Stage("job", JobStage(pipeline), sink(), bus, jobs, outputs, rebalances, metrics)
+    def assigned() -> set[int]:
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == names["telemetry"]}
+
+    nodes = NodeStage(pipeline, tables[CLOCKS], assigned=assigned,
+                      lag=lambda partition: lags.get((names["telemetry"], partition)))
+    jobs = JobStage(pipeline, tables[JOBS], tables[CLOCKS], n)
+    node_stage = Stage("node", nodes, sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs,
+                       rebalances, metrics, w.session_timeout_s)
+    job_stage = Stage("job", jobs, sink(), bus, {JOBS: tables[JOBS], CLOCKS: tables[CLOCKS]}, outputs, rebalances,
+                      metrics, w.session_timeout_s)
     stages = (node_stage, job_stage)
     metrics.watch_store(lambda: sum(s.sink.failures for s in stages),
                         lambda: max(s.sink.unavailable_s() for s in stages))
@@ -99,14 +109,16 @@ def make_app(settings, store, model=None) -> faust.App:
         for stage in stages:
             stage.forget()
         metrics.forget_partitions(partitions)
+        for tp in partitions:
+            lags.pop((tp.topic, tp.partition), None)
         log.info("rebalance: partitions revoked: %s", _names(partitions))
 
-    async def assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+    async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         log.info("rebalance: partitions assigned: %s", _names(args[0] if args else kwargs.get("assigned", set())))
 
     # mode types a handler's `signal` keyword by a name mypy cannot resolve: the handlers fit at run time
     app.on_partitions_revoked.connect(revoked)  # type: ignore[arg-type]
-    app.on_partitions_assigned.connect(assigned)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
     # agents
     async def feed(stage: Stage, stream) -> None:
@@ -131,6 +143,10 @@ def make_app(settings, store, model=None) -> faust.App:
         for stage in stages:
             await stage.tick()
 
+    @app.timer(interval=1.0)
+    async def idle_nodes() -> None:         # the node stage acts on the wall clock too (clocks.py)
+        await node_stage.poke()
+
     @app.timer(interval=5.0)
     async def consumer_lag() -> None:
         sources = {names["telemetry"], names["by_job"]}
@@ -139,6 +155,7 @@ def make_app(settings, store, model=None) -> faust.App:
                 if tp.topic in sources:
                     position, high = await app.consumer.position(tp), app.consumer.highwater(tp)
                     if position is not None and high is not None:
+                        lags[(tp.topic, tp.partition)] = max(0, high - position)
                         metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
         except Exception as err:     # a metric must never stop the worker (e.g. during a rebalance)
             log.debug("consumer lag not read: %s", err)

@@ -37,9 +37,9 @@ class FleetSpec:
     training_share: float = 0.5
 
     # the range of each setting, inclusive
-    RANGES: ClassVar[dict[str, tuple[float, float]]] = {"nodes": (1, 100_000), "gpus_per_node": (1, 64), "hours": (0.001, 24 * 366),
-              "interval_s": (0.1, 600), "faults_per_kind": (0, 100_000), "training_share": (0, 1),
-              "idle_window_s": (1, 7 * 86400)}
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {
+        "nodes": (1, 100_000), "gpus_per_node": (1, 64), "hours": (0.001, 24 * 366), "interval_s": (0.1, 600),
+        "faults_per_kind": (0, 100_000), "training_share": (0, 1), "idle_window_s": (1, 7 * 86400)}
 
     def __post_init__(self):
         for name, (lo, hi) in self.RANGES.items():

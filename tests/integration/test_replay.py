@@ -35,3 +35,21 @@ def test_replay_dead_letters_bad_lines_and_writes_events(tmp_path):
     emitted = [json.loads(x) for x in events.read_text().splitlines()]
     assert emitted and all(e["schema"] == "gpufleet.alert.v1" for e in emitted)
     assert "processed 1,443 messages" in out.stdout
+
+
+def test_a_replay_of_an_old_recording_keeps_its_raw_samples(tmp_path):
+    tel = tmp_path / "old.jsonl"
+    gen = subprocess.run([sys.executable, "-m", "gpufleet", "simulate", "--nodes", "1", "--gpus-per-node", "2",
+                          "--hours", "0.5", "--start", "2025-01-06", "-o", str(tel)], capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr
+    dsn = f"chdb://{tmp_path / 'db'}"
+    out = subprocess.run([sys.executable, "-m", "gpufleet", "replay", str(tel), "--dsn", dsn],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    # merges apply TTLs: forced here, a TTL on event time would drop every one of these samples
+    q = subprocess.run([sys.executable, "-c", "from gpufleet.sql.store import Store; import sys; "
+                        f"s = Store.connect({dsn!r}, 'gpufleet'); s.command('OPTIMIZE TABLE gpu_samples FINAL'); "
+                        "print(s.query('SELECT count(), min(ts) FROM gpu_samples')[0])"],
+                       capture_output=True, text=True, timeout=120)
+    assert q.returncode == 0, q.stderr
+    assert q.stdout.startswith("(720, datetime.datetime(2025, 1, 6"), q.stdout

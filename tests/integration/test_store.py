@@ -4,7 +4,7 @@ import time
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.sql import StoreError, migrations
+from gpufleet.sql import Insert, StoreError, migrations
 from gpufleet.streams import embedded
 from gpufleet.streams.pipeline import Pipeline
 from gpufleet.streams.rollups import GPU_ROLLUP
@@ -35,7 +35,7 @@ def test_migrate_is_idempotent_and_recorded(store):
     assert store.migrate() == []                      # the fixture already applied everything
     assert [v for v, _ in store.applied()] == [m.version for m in migrations()]
     tables = {r[0] for r in store.query("SHOW TABLES")}
-    assert {"gpu_samples", "gpu_rollup_1m", "pool_rollup_1m", "pool_usage_1m", "tenant_usage_1m",
+    assert {"gpu_samples", "gpu_rollup_1m", "usage_gpu_1m", "pool_usage_1m", "tenant_usage_1m",
             "idle_windows", "alerts", "dead_letters", "schema_migrations"} <= tables
 
 
@@ -48,7 +48,25 @@ def test_an_edited_migration_is_refused(store):
 
 def test_raw_samples_have_a_ttl_and_codecs(store):
     ddl = store.query("SHOW CREATE TABLE gpu_samples")[0][0]
-    assert "TTL toDateTime(ts) + toIntervalDay(14)" in ddl and "DoubleDelta" in ddl and "Gorilla" in ddl
+    assert "TTL inserted_at + toIntervalDay(14)" in ddl and "DoubleDelta" in ddl and "Gorilla" in ddl
+    assert store.set_raw_retention(30) and not store.set_raw_retention(30)
+    assert "TTL inserted_at + toIntervalDay(30)" in store.query("SHOW CREATE TABLE gpu_samples")[0][0]
+
+
+def test_a_batch_inserted_again_after_the_table_but_not_its_views_was_written_completes_the_views(store):
+    rows = rollup_rows()[GPU_ROLLUP]
+    batch = store.prepare("gpu_rollup_1m", GPU_ROLLUP.columns, rows)
+    # the server goes down mid-insert: the table is written, the materialized views are not
+    store.command("DETACH TABLE usage_gpu_1m_mv")
+    store.insert(batch)
+    store.command("ATTACH TABLE usage_gpu_1m_mv")
+    assert store.query(POOL_TOTALS) == []
+    store.insert(batch)                                    # the retry: the very same block
+    assert store.query("SELECT count() FROM gpu_rollup_1m") == [(len(rows),)]
+    assert store.query("SELECT sum(gpus) FROM pool_usage_1m") == [(len(rows),)]
+    store.insert(batch)                                    # and once more: nothing changes anywhere
+    assert store.query("SELECT count() FROM gpu_rollup_1m") == [(len(rows),)]
+    assert store.query("SELECT sum(gpus) FROM pool_usage_1m") == [(len(rows),)]
 
 
 def test_rows_written_twice_or_recut_are_stored_once(store):
@@ -69,14 +87,26 @@ def test_rows_written_twice_or_recut_are_stored_once(store):
     assert again == once
 
 
+def test_the_same_rows_written_by_two_workers_at_once_change_no_total(store):
+    rows = rollup_rows()[GPU_ROLLUP]
+    store.write("gpu_rollup_1m", GPU_ROLLUP.columns, rows)
+    once = store.query(POOL_TOTALS), store.query(TENANT_TOTALS)
+    assert once[0] and once[1]
+    # both checked what was stored before either wrote: the second writes the rows again, in other blocks
+    for lo in range(0, len(rows), 50):
+        store.insert(Insert("gpu_rollup_1m", GPU_ROLLUP.columns, rows[lo:lo + 50]))
+    assert (store.query(POOL_TOTALS), store.query(TENANT_TOTALS)) == once
+    assert store.query("SELECT count() FROM gpu_rollup_1m FINAL") == [(len(rows),)]
+
+
 def test_an_embedded_run_fills_every_table(store):
     pipeline = Pipeline()
-    recent = (time.time() // 86400 - 1) * 86400     # raw samples older than their TTL are not kept
+    recent = (time.time() // 86400 - 1) * 86400
     sim = Simulation(FleetSpec(nodes=2, gpus_per_node=4, hours=2, seed=5, faults_per_kind=1, start=recent))
     embedded.run(embedded.dict_source(sim.messages()), pipeline, Sink(store, max_rows=5000))
     counts = dict(store.query("SELECT table, sum(rows) FROM system.parts WHERE active AND database = "
                               "currentDatabase() GROUP BY table"))
-    for table in ("gpu_samples", "gpu_rollup_1m", "node_rollup_1m", "pool_rollup_1m", "tenant_rollup_1m"):
+    for table in ("gpu_samples", "gpu_rollup_1m", "node_rollup_1m", "usage_gpu_1m"):
         assert counts.get(table, 0) > 0, table
     assert counts["gpu_samples"] == 2 * 4 * 2 * 720
     assert counts["gpu_rollup_1m"] == 2 * 4 * 120

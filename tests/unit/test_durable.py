@@ -89,8 +89,11 @@ class World:
                                  load_job=saved(MemoryTable(), JobProcessor.from_state))
         self.bus, self.rebalances, self.metrics = MemoryBus(self.log), Rebalances(), WorkerMetrics()
         self.acked = []
-        self.stage = Stage("node", NodeStage(self.pipeline), Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)),
-                           self.bus, self.table, Topics("alerts", "dlq", "by-job", 4), self.rebalances, self.metrics)
+        self.clocks = MemoryTable()
+        self.stage = Stage("node", NodeStage(self.pipeline, self.clocks, live=False),
+                           Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)), self.bus,
+                           {"nodes": self.table, "clocks": self.clocks}, Topics("alerts", "dlq", "by-job", 4),
+                           self.rebalances, self.metrics)
 
     async def ack(self, ev):
         self.acked.append(ev.message.offset)
@@ -118,6 +121,8 @@ def test_results_are_durable_before_their_input_is_acknowledged():
     assert steps.index("flush") > max(i for i, s in enumerate(steps) if s in ("write", "send", "save"))
     assert w.store.count("gpu_samples") == 5
     assert w.bus.sent and all(topic == "by-job" for topic, *_ in w.bus.sent)
+    # the job samples first, then the partition's watermark to every by-job partition
+    assert [v for _, _, partition, v in w.bus.sent[-4:]] == [[{"watermarks": {"0": 1025.0}}]] * 4
 
 
 def test_acknowledgements_go_out_in_offset_order_only():
@@ -148,7 +153,7 @@ def test_a_batch_under_way_when_a_rebalance_starts_is_abandoned():
         gate.set()
         await task
     asyncio.run(scenario())
-    assert w.acked == [] and len(w.table) == 0, "nothing acknowledged, no state saved"
+    assert w.acked == [] and len(w.table) == 0 and len(w.clocks) == 0, "nothing acknowledged, no state saved"
     assert w.counted("batches_abandoned") == 1
     # what the revoked generation fetched and is handed over later is skipped; the next generation goes on
     w.store.before_write = None
@@ -175,6 +180,8 @@ def test_inputs_delivered_again_after_a_restart_are_recognised_by_offset_and_cou
     assert first.acked == list(range(7))
     # the worker dies before Faust commits: a new one restores the state and gets everything again
     again = World(table=table)
+    again.clocks.update(first.clocks)
+    again.stage.tables["clocks"] = again.clocks
     again.store = first.store
     again.stage.sink.store = first.store
     again.run(events(ticks(8)))

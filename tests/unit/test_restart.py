@@ -124,21 +124,30 @@ def test_job_samples_delivered_again_after_a_restore_count_once():
     mine = [s for s in samples if s["job"] == job]
     assert len({s["node"] for s in mine}) >= 2, "a multi-node job"
 
+    nodes = sorted({s["node"] for s in mine})
+
+    def feed(proc, samples, out, latest):
+        for s in samples:                          # released as far as every node of the job has come
+            proc.push(s, out)
+            latest[s["node"]] = max(latest.get(s["node"], 0.0), s["ts"])
+            if len(latest) == len(nodes):
+                proc.release(min(latest.values()), out)
+
     once = Output()
     proc = JobProcessor(job)
-    for s in mine:
-        proc.push(s, once)
+    feed(proc, mine, once, {})
+    proc.flush(once)
     # the same, but saved after 60%, then restored and fed again from 40%: 20% come twice
     twice, proc = Output(), JobProcessor(job)
     cut, again = int(len(mine) * 0.6), int(len(mine) * 0.4)
-    for s in mine[:cut]:
-        proc.push(s, twice)
+    latest: dict = {}
+    feed(proc, mine[:cut], twice, latest)
     proc = JobProcessor.from_state(job, json.loads(json.dumps(proc.to_state())))
-    for s in mine[again:]:
-        proc.push(s, twice)
+    feed(proc, mine[again:], twice, {})
+    proc.flush(twice)
     rows = lambda out: sorted(map(repr, out.rows.get(JOB_ROLLUP, [])))   # noqa: E731
     assert rows(twice) == rows(once) and rows(once)
-    assert twice.counts["job_duplicates"] > 0
+    assert twice.counts["job_duplicates"] > 0 and twice.counts["job_late"] == 0
 
 
 def test_a_job_sample_delivered_twice_while_waiting_is_done_only_with_the_first():
@@ -146,8 +155,23 @@ def test_a_job_sample_delivered_twice_while_waiting_is_done_only_with_the_first(
     gpus = [["GPU-0", 0, 90.0, 1800.0, 1980.0, 600.0, 700.0, 60.0, 0, 1, 2]]
     sample = {"job": "j", "node": "n1", "ts": 100.0, "tenant": "t", "pool": "p", "interval": 5.0, "gpus": gpus}
     job.push({**sample, "node": "n2", "ts": 95.0}, out, ref="n2-95")
-    job.push(sample, out, ref="first")            # waits for n2 to pass 100
+    job.push(sample, out, ref="first")            # waits for the watermark to pass 100
     job.push(sample, out, ref="again")            # the same input again
-    assert "first" not in out.done and "again" not in out.done
-    job.push({**sample, "node": "n2", "ts": 105.0}, out, ref="n2-105")
+    job.release(96.0, out)
+    assert out.done == ["n2-95"]
+    job.release(101.0, out)
     assert {"first", "again"} <= set(out.done)
+    job.push(sample, out, ref="late again")       # released already: a repeat, done at once
+    assert out.done[-1] == "late again" and out.counts["job_duplicates"] == 2
+
+
+def test_a_job_sample_behind_what_its_job_released_is_late_and_dead_lettered():
+    job, out = JobProcessor("j"), Output()
+    gpus = [["GPU-0", 0, 90.0, 1800.0, 1980.0, 600.0, 700.0, 60.0, 0, 1, 2]]
+    sample = {"job": "j", "node": "n1", "ts": 100.0, "tenant": "t", "pool": "p", "interval": 5.0, "gpus": gpus}
+    job.push(sample, out, ref="a")
+    job.release(200.0, out)
+    job.push({**sample, "node": "n2", "ts": 90.0}, out, ref="b", source="by-job/0/7", received_at=5.0)
+    assert out.counts["job_late"] == 1 and out.done == ["a", "b"]
+    (d,) = out.dead
+    assert d["reason_code"] == "late" and d["source"] == "by-job/0/7" and "node n2" in d["reason"]

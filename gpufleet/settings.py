@@ -101,6 +101,42 @@ class WorkerSettings(BaseModel):
     commit_interval_s: float = Field(1.0, gt=0, le=60, description="how often acknowledged offsets are committed")
 
 
+class NotifySettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    routes: str | None = Field(None, description="routing file (TOML): receivers, routes, inhibition")
+    group_id: str = Field("gpufleet-notify", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                          description="consumer group of the router processes on the alert topic")
+    outbox_dir: str = Field(default_factory=lambda: str(default_data_dir() / "notify"),
+                            description="the delivery log (SQLite), and the embedded mode's outbox")
+    outbox_fsync: bool = Field(True, description="fsync each record of the delivery log (power-cut safe)")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus metrics port (0: off)")
+    metrics_host: str = Field("0.0.0.0", description="address the metrics port binds to")
+    timeout_s: float = Field(10.0, gt=0, le=300, description="HTTP timeout of one attempt")
+    retry_for_s: float = Field(900.0, ge=0, le=7 * 86400,
+                               description="how long a delivery is retried (5xx, timeouts, 429) before it is "
+                                           "dead-lettered")
+    backoff_s: float = Field(1.0, gt=0, le=3600, description="first wait before a retry; doubles each time")
+    backoff_max_s: float = Field(60.0, gt=0, le=3600, description="longest wait between retries")
+    max_owed: int = Field(10_000, ge=1, le=10_000_000,
+                          description="deliveries owed at most before the router stops reading alerts")
+    silence_refresh_s: float = Field(10.0, ge=0.1, le=3600, description="how often silences are read from the store")
+    ledger_interval_s: float = Field(2.0, ge=0.1, le=3600,
+                                     description="how often the delivery log is copied to alert_deliveries")
+    session_timeout_s: float = Field(10.0, ge=1, le=300,
+                                     description="a router silent this long is presumed dead and its partitions move")
+    commit_interval_s: float = Field(1.0, gt=0, le=60, description="how often finished offsets are committed")
+    retention_days: int = Field(30, ge=1, le=3650,
+                                description="days the delivery log keeps incidents resolved and copied to the store")
+
+    @field_validator("backoff_max_s")
+    @classmethod
+    def _backoff(cls, v: float, info) -> float:
+        if v < info.data.get("backoff_s", 0):
+            raise ValueError("must be at least notify.backoff_s")
+        return v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", frozen=True,
                                       extra="forbid")
@@ -110,6 +146,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     collect: CollectSettings = CollectSettings()
     worker: WorkerSettings = WorkerSettings()
+    notify: NotifySettings = NotifySettings()
 
 
 class SettingsError(ValueError):

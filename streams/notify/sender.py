@@ -1,0 +1,198 @@
+"""Delivering to one receiver: its own thread, its requests in order, within its rate limit.
+
+A request answered 2xx is recorded ``sent``. A 429 waits what its ``Retry-After`` says (else the
+backoff) and tries again; a 5xx, a 408, a timeout or no answer at all tries again after a backoff
+that doubles from ``backoff_s`` up to ``backoff_max_s``, with jitter (each wait is drawn between half
+and all of it). Past ``retry_for_s`` from the first attempt the delivery is dead-lettered
+(``retry_limit``) with its last error and the number of attempts; an answer that a retry cannot
+change (400, 401, 403, 404, ...) dead-letters it at once (``rejected``). One request at a time per
+receiver keeps each incident's statuses in the order they came. Errors are logged and kept without
+the receiver's secrets.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import http
+from .outbox import Delivery, Outbox
+from .receivers import Notification, Receiver, Request, Verdict
+
+log = logging.getLogger("gpufleet.notify")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retry_for_s: float = 900.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    timeout_s: float = 10.0
+
+    def backoff(self, failures: int, rng: random.Random) -> float:
+        full = min(self.backoff_max_s, self.backoff_s * 2 ** max(0, failures - 1))
+        return full / 2 + rng.uniform(0, full / 2)
+
+
+class TokenBucket:
+    """``rate`` requests a second with bursts of ``burst``; ``rate`` 0 is no limit."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate, max(1, burst), clock
+        self.tokens, self.stamp = float(self.burst), clock()
+
+    def wait_s(self) -> float:
+        """Seconds until a request may go; takes its token (so call it once per request, then wait)."""
+        if self.rate <= 0:
+            return 0.0
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+@dataclass
+class Job:
+    """A notification and the deliveries it settles (one per alert, in the same order; none for a reminder)."""
+
+    notification: Notification
+    deliveries: list[Delivery]
+    group_key: str = ""
+
+
+@dataclass
+class Result:
+    """What became of deliveries: a final state, or ``abandoned`` (stopping; they stay owed)."""
+
+    deliveries: list[Delivery]
+    state: str
+    job: Job
+    reason: str = ""
+    error: str = ""
+    sent_at: float | None = None
+    latency_s: list[float] = field(default_factory=list)
+
+
+class Sender(threading.Thread):
+    def __init__(self, receiver: Receiver, outbox: Outbox, policy: RetryPolicy, results: queue.Queue,
+                 metrics=None, post: Callable[..., http.Response] = http.post, seed: int | None = None):
+        super().__init__(name=f"notify-{receiver.name}", daemon=True)
+        self.receiver, self.outbox, self.policy, self.results = receiver, outbox, policy, results
+        self.metrics, self.post = metrics, post
+        self.jobs: queue.Queue[Job] = queue.Queue()
+        self.stopping = threading.Event()
+        self.bucket = TokenBucket(*receiver.rate)
+        self.rng = random.Random(seed)
+        self.busy = False
+        self.timeout_s = receiver.config.timeout_s or policy.timeout_s
+
+    def submit(self, job: Job) -> None:
+        self.jobs.put(job)
+
+    def queued(self) -> int:
+        return self.jobs.qsize() + (1 if self.busy else 0)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                job = self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.busy = True
+            try:
+                self._job(job)
+            except Exception:                        # a bug must not silently stop a receiver's deliveries
+                log.exception("receiver %s: unexpected error; its deliveries stay owed", self.receiver.name)
+                self.results.put(Result(job.deliveries, "abandoned", job))
+            finally:
+                self.busy = False
+        while True:                                  # what is still queued stays owed
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            self.results.put(Result(job.deliveries, "abandoned", job))
+
+    def _job(self, job: Job) -> None:
+        try:
+            requests = self.receiver.requests(job.notification)
+        except Exception as err:                     # a payload that cannot be built will never be
+            error = self.receiver.mask(f"cannot build the request: {type(err).__name__}: {err}")
+            log.error("receiver %s: %s", self.receiver.name, error)
+            self._settle(job, job.deliveries, "dead", 0, "rejected", error)
+            return
+        for request in requests:
+            owed = [job.deliveries[i] for i in request.alerts] if job.deliveries else []
+            if owed and all(d.cancelled for d in owed):
+                continue
+            if self.stopping.is_set():
+                self.results.put(Result(owed, "abandoned", job))
+                continue
+            self._deliver(job, request, owed)
+
+    def _deliver(self, job: Job, request: Request, owed: list[Delivery]) -> None:
+        name, policy = self.receiver.name, self.policy
+        started = time.monotonic()
+        attempts = failures = 0
+        while True:
+            wait = self.bucket.wait_s()
+            if wait > 0:
+                if self.metrics:
+                    self.metrics.throttled(name, wait)
+                if self.stopping.wait(wait):
+                    self.results.put(Result(owed, "abandoned", job))
+                    return
+            attempts += 1
+            for d in owed:
+                d.attempts += 1
+            try:
+                answer = self.post(request.url, request.body, {**request.headers, **self.receiver.sign(request)},
+                                   self.timeout_s)
+                verdict = self.receiver.verdict(answer)
+            except http.Unreachable as err:
+                verdict = Verdict("retry", f"no answer: {err}")
+            if verdict.outcome == "delivered":
+                self._settle(job, owed, "sent", attempts, "", "", time.time())
+                return
+            detail = self.receiver.mask(verdict.detail)
+            if verdict.outcome == "rejected":
+                log.error("receiver %s: rejected, not retried: %s", name, detail)
+                self._settle(job, owed, "dead", attempts, "rejected", detail)
+                return
+            elapsed = time.monotonic() - started
+            if verdict.outcome == "rate_limited":
+                delay = verdict.retry_after_s if verdict.retry_after_s is not None else \
+                    policy.backoff(failures + 1, self.rng)
+                if self.metrics:
+                    self.metrics.rate_limited(name)
+            else:
+                failures += 1
+                delay = policy.backoff(failures, self.rng)
+                if self.metrics:
+                    self.metrics.retried(name)
+            if elapsed + delay > policy.retry_for_s:
+                error = f"gave up after {attempts} attempts in {elapsed:.0f} s: {detail}"
+                log.error("receiver %s: %s", name, error)
+                self._settle(job, owed, "dead", attempts, "retry_limit", error)
+                return
+            log.warning("receiver %s: %s; attempt %d, next in %.1f s", name, detail, attempts, delay)
+            if self.stopping.wait(delay):
+                self.results.put(Result(owed, "abandoned", job))
+                return
+
+    def _settle(self, job: Job, owed: list[Delivery], state: str, attempts: int, reason: str, error: str,
+                sent_at: float | None = None) -> None:
+        if owed:       # cancelled ones too (their partition moved): the log records what the receiver saw
+            self.outbox.record(owed, state, reason=reason, error=error, sent_at=sent_at)
+        now = time.monotonic()
+        self.results.put(Result(owed, state, job, reason, error, sent_at, [now - d.arrived for d in owed]))
+        if not owed and self.metrics:      # a reminder
+            self.metrics.reminder(self.receiver.name, state)

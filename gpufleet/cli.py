@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet import __version__
+from gpufleet import __version__, notify_commands
 from gpufleet.collectors.simulator import DEFAULT_START
 from gpufleet.settings import Settings, SettingsError, load_settings
 
@@ -182,7 +182,7 @@ def _model(settings: Settings):
 
 
 def _run_embedded(settings: Settings, source, total, label: str, events_path=None, dead_path=None,
-                  store=None):
+                  store=None, notifier=None):
     from gpufleet.streams import embedded
     from gpufleet.streams.pipeline import Pipeline
     from gpufleet.streams.sink import Sink
@@ -190,6 +190,8 @@ def _run_embedded(settings: Settings, source, total, label: str, events_path=Non
     pipeline = Pipeline(settings.stream, model=_model(settings))
     sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds) if store is not None else None
     events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
+    if notifier is not None:
+        events = notifier.tap(events)
     progress = Progress(label, total)
     started = time.monotonic()
     try:
@@ -232,9 +234,12 @@ def cmd_replay(args) -> int:
     settings = _settings(args)
     store = None if args.no_store else _writable_store(settings)
     try:
+        notifier = _notifier(args, settings, store)
         result = _run_embedded(settings, file_source(args.file), None, "replay", args.events, args.dead_letters,
-                               store)
+                               store, notifier)
         _report(result, args.events, args.dead_letters)
+        if notifier is not None:
+            notify_commands.finish(notifier)
         counts = result.pipeline.out.counts
         if counts.get("dead_invalid") or counts.get("dead_too_large"):
             _show_dead(args.dead_letters)
@@ -280,16 +285,29 @@ def cmd_demo(args) -> int:
                 f.write(json.dumps(label) + "\n")
     events_path = os.path.join(args.save, "events.jsonl") if args.save else None
     try:
+        notifier = _notifier(args, settings, store)
         result = _run_embedded(settings, dict_source(messages), spec.messages_total, "pipeline", events_path,
-                               None, store)
+                               None, store, notifier)
         _report(result, events_path, None)
+        if notifier is not None:
+            notify_commands.finish(notifier)
         print()
         print(render(store))
     finally:
         store.close()
     print(f"\nExplore it with SQL, e.g.: gpufleet sql --database {settings.store.database} "
           "'SELECT * FROM idle_windows ORDER BY duration_s DESC LIMIT 5'  (README: 'Querying the store')")
+    if not args.notify:
+        print("Send these alerts to Slack, PagerDuty, Alertmanager or a signed webhook: gpufleet demo --notify "
+              "routes.toml  (README: 'Alert delivery')")
     return 0
+
+
+def _notifier(args, settings: Settings, store):
+    """The notifier of --notify FILE, started, or None."""
+    if not getattr(args, "notify", None):
+        return None
+    return notify_commands.local_notifier(args.prog, settings, args.notify, store)
 
 
 def _tee(messages, path):
@@ -500,6 +518,19 @@ def cmd_status(args) -> int:
     return 1 if args.wait is not None else 0
 
 
+def cmd_notify(args) -> int:
+    notify = {k: v for k, v in (("routes", args.routes), ("group_id", args.group_id),
+                                ("metrics_port", args.metrics_port), ("outbox_dir", args.outbox)) if v is not None}
+    store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
+    settings = load_settings(args.config, **({"notify": notify} if notify else {}),
+                             **({"store": store} if store else {}), **_kafka_overrides(args))
+    return notify_commands.notify(args, settings, _writable_store)
+
+
+def cmd_silence(args) -> int:
+    return notify_commands.silence(args, _settings(args), _writable_store, _readable_store)
+
+
 def cmd_model(args) -> int:
     from gpufleet import model_commands
     if args.model_command == "train":
@@ -534,6 +565,7 @@ def build_parser() -> Parser:
     _fleet_options(s, start_default=None)
     _store_options(s, database="gpufleet_demo")
     s.add_argument("--save", metavar="DIR", help="also write telemetry.jsonl, labels.jsonl and events.jsonl there")
+    s.add_argument("--notify", metavar="FILE", help="also deliver the alerts with this routing file (TOML)")
     s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("collect", help="sample this node's GPUs and host, publish to Kafka (the node collector)",
@@ -571,6 +603,49 @@ def build_parser() -> Parser:
     s.add_argument("--model", help="detectors' model file (setting stream.model; default: the packaged model)")
     _store_options(s)
     s.set_defaults(fn=cmd_worker)
+
+    s = sub.add_parser("notify", help="deliver alerts to Slack, PagerDuty, Alertmanager and webhooks (the router)",
+                       description="Read the alert topic as a consumer group and deliver each alert as the routing "
+                                   "file says: routed, grouped, silenced, inhibited, rate-limited, retried, told once "
+                                   "per (incident, status, receiver) across restarts. An alert's offset is committed "
+                                   "once every delivery it owes is sent or dead-lettered; every delivery is a row of "
+                                   "alert_deliveries. Start several for availability (one consumer group).")
+    s.add_argument("--routes", metavar="FILE", help="routing file, TOML (setting notify.routes)")
+    s.add_argument("--check", action="store_true", help="check the routing file (secrets included), print the "
+                                                        "routes and exit")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--partitions", type=int, help="partitions if the alert topic is created (setting kafka.partitions)")
+    s.add_argument("--group-id", help="consumer group (setting notify.group_id, gpufleet-notify)")
+    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (setting "
+                                                    "notify.metrics_port)")
+    s.add_argument("--outbox", metavar="DIR", help="delivery log directory (setting notify.outbox_dir)")
+    _store_options(s)
+    s.set_defaults(fn=cmd_notify)
+
+    s = sub.add_parser("silence", help="mute alerts for a while: add, list, expire",
+                       description="Silences mute the alerts they match (recorded as silenced, not sent) from now "
+                                   "for a duration. They live in the store, so every router applies them.")
+    ssub = s.add_subparsers(dest="silence_command", metavar="ACTION", parser_class=Parser)
+    ssub.required = True
+    m = ssub.add_parser("add", help="add a silence", description="Add a silence, e.g. gpufleet silence add --match "
+                                                               "kind=idle --match tenant=acme --for 2h --comment "
+                                                               "'maintenance'. Matchers: LABEL=V, LABEL!=V, LABEL=~RE, "
+                                                               "LABEL!~RE on kind, severity, tenant, pool, node, job, "
+                                                               "gpu; all must match.")
+    m.add_argument("--match", action="append", required=True, metavar="MATCHER", help="LABEL=VALUE (or !=, =~, !~); "
+                                                                                      "repeat for more")
+    m.add_argument("--for", dest="duration", required=True, metavar="DURATION", help="e.g. 30m, 2h, 1d")
+    m.add_argument("--comment", help="why")
+    m.add_argument("--author", help="who (default: the user name)")
+    _store_options(m)
+    m = ssub.add_parser("list", help="list silences in force or to come", description="List the silences in force "
+                                                                                      "or still to start.")
+    m.add_argument("--all", action="store_true", help="expired ones too")
+    _store_options(m)
+    m = ssub.add_parser("expire", help="end a silence now", description="End a silence now.")
+    m.add_argument("id", metavar="ID", help="the silence's id (or its first characters)")
+    _store_options(m)
+    s.set_defaults(fn=cmd_silence)
 
     s = sub.add_parser("model", help="train and evaluate the anomaly detectors",
                        description="Train the detectors (stragglers, IO starvation, memory leaks) on simulated "
@@ -654,6 +729,8 @@ def build_parser() -> Parser:
     s.add_argument("--dead-letters", metavar="OUT", help="write every dead letter here, one JSON object a line")
     s.add_argument("--no-store", action="store_true", help="do not write to the store")
     s.add_argument("--model", help="detectors' model file (setting stream.model; default: the packaged model)")
+    s.add_argument("--notify", metavar="FILE", help="also deliver the alerts with this routing file (TOML), through "
+                                                    "the durable outbox in notify.outbox_dir")
     _store_options(s)
     s.set_defaults(fn=cmd_replay)
 

@@ -70,6 +70,7 @@ class Delivery:
     refs: list = field(default_factory=list)     # inputs whose acknowledgement waits for it
     attempts: int = 0
     cancelled: bool = False
+    submitted: bool = False                  # handed to its sender
 
     @property
     def id(self) -> str:

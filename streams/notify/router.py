@@ -41,6 +41,7 @@ class Group:
     created: float
     pending: list[Delivery] = field(default_factory=list)
     flushed: float | None = None
+    sending: int = 0                                       # deliveries handed to the sender, not final yet
     told: dict[str, list] = field(default_factory=dict)    # firing alerts told: id -> [alert, partition, last told]
 
     def due(self, now: float) -> bool:
@@ -221,7 +222,7 @@ class Router:
             if group.pending and (flush_all or group.due(now)):
                 self._flush(group, now)
         self._remind()
-        for key in [k for k, g in self.groups.items() if not g.pending and not g.told]:
+        for key in [k for k, g in self.groups.items() if not g.pending and not g.sending and not g.told]:
             del self.groups[key]
         acked, self.acked = self.acked, []
         return acked
@@ -256,10 +257,12 @@ class Router:
                 self.acked.append(ref)
             else:
                 self.waiting[ref] = left
-        if state == "sent" and d.status == "firing" and d.id in self.open:
-            group = self.groups.get(d.group_key)
-            if group is not None:
-                group.told[d.id] = [d.alert, d.partition, self.wall()]
+        group = self.groups.get(d.group_key)
+        if group is not None and d.submitted:
+            d.submitted = False
+            group.sending -= 1
+        if state == "sent" and d.status == "firing" and d.id in self.open and group is not None:
+            group.told[d.id] = [d.alert, d.partition, self.wall()]
 
     def _count(self, state: str, deliveries: list[Delivery]) -> None:
         if deliveries:
@@ -286,6 +289,9 @@ class Router:
             self._done(d, state)
             self._count(state, [d])
         if send:
+            for d in send:
+                d.submitted = True
+            group.sending += len(send)
             notification = Notification(group.receiver, group.labels, [d.alert for d in send])
             self.senders[group.receiver].submit(Job(notification, send, group.key))
 
@@ -370,6 +376,7 @@ class Router:
         self.acked = [ref for ref in self.acked if not (isinstance(ref, tuple) and ref[0] in partitions)]
         for group in self.groups.values():
             group.pending = [d for d in group.pending if not d.cancelled]
+            group.sending = sum(1 for d in self.pending.values() if d.group_key == group.key and d.submitted)
             for aid in [aid for aid, t in group.told.items() if t[1] in partitions]:
                 del group.told[aid]
         for aid in [aid for aid, (_, p) in self.open.items() if p in partitions]:

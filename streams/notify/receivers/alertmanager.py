@@ -83,10 +83,11 @@ class Alertmanager(Receiver):
         labels = {"alertname": alert["kind"], "node": alert.get("node"), "gpu": alert.get("gpu_uuid"),
                   "job": alert.get("job"), "tenant": alert.get("tenant"), "pool": alert.get("pool"),
                   "severity": alert["severity"]}
-        if alert["status"] == "resolved":
-            ends = alert.get("resolved_at") or self.clock()
+        now = self.clock()
+        if alert["status"] == "resolved":    # never ahead of now (a skewed clock): Alertmanager resolves at endsAt
+            ends = min(alert.get("resolved_at") or now, now)
         else:
-            ends = self.clock() + 4 * self.resend_s
+            ends = now + 4 * self.resend_s
         out = {"labels": {k: str(v) for k, v in labels.items() if v},
                "annotations": {"summary": alert["summary"],
                                "evidence": json.dumps(alert.get("evidence") or {}, sort_keys=True),

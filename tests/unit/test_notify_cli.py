@@ -1,0 +1,90 @@
+"""The alert delivery commands' arguments and settings: one line naming what is wrong, exit code 2,
+before anything is opened."""
+import pytest
+
+from gpufleet.cli import main
+
+ROUTES = """
+[route]
+receiver = "hook"
+[[route.routes]]
+match = { severity = "critical" }
+receiver = "pd"
+[receivers.hook]
+type = "webhook"
+url = "https://hooks.test/in"
+signing_key_env = "T_SIGNING_KEY"
+[receivers.pd]
+type = "pagerduty"
+routing_key_env = "T_PD_KEY"
+"""
+
+
+@pytest.fixture
+def routes(tmp_path, monkeypatch):
+    monkeypatch.setenv("T_SIGNING_KEY", "k")
+    monkeypatch.setenv("T_PD_KEY", "pd-secret-key")
+    path = tmp_path / "routes.toml"
+    path.write_text(ROUTES)
+    return path
+
+
+def one_line_error(capsys, *names):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for name in names:
+        assert name in err, err
+    return err
+
+
+def test_notify_check_prints_the_tree(routes, capsys):
+    assert main(["notify", "--routes", str(routes), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "receiver pd: pagerduty, 2/s, bursts of 10" in out and "severity=critical -> pd [pagerduty]" in out
+    assert "pd-secret-key" not in out
+
+
+@pytest.mark.parametrize("args, names", [
+    (["notify"], ["--routes"]),
+    (["notify", "--routes", "/no/such/routes.toml"], ["no such file"]),
+    (["silence", "add", "--match", "colour=red", "--for", "2h"], ["--match", "colour"]),
+    (["silence", "add", "--match", "kind=idle", "--for", "soon"], ["--for"]),
+    (["silence", "add", "--match", "kind=idle", "--for", "400d"], ["--for"]),
+    (["silence", "add", "--for", "2h"], ["--match"]),
+    (["replay", __file__, "--no-store", "--notify", "/no/such/routes.toml"], ["routes file"]),
+])
+def test_bad_arguments(args, names, capsys):
+    assert main(args) == 2
+    one_line_error(capsys, *names)
+
+
+def test_a_missing_secret_names_the_setting_and_never_the_value(routes, capsys, monkeypatch):
+    monkeypatch.delenv("T_PD_KEY")
+    assert main(["notify", "--routes", str(routes), "--check"]) == 2
+    one_line_error(capsys, "receivers.pd.routing_key_env", "T_PD_KEY")
+
+
+def test_a_secret_in_clear_is_refused(tmp_path, capsys):
+    path = tmp_path / "routes.toml"
+    path.write_text('[route]\nreceiver = "s"\n[receivers.s]\ntype = "slack"\n'
+                    'url = "https://hooks.slack.com/services/T0/B0/XYZsecret"\n')
+    assert main(["notify", "--routes", str(path), "--check"]) == 2
+    err = one_line_error(capsys, "receivers.s", "url_env")
+    assert "XYZsecret" not in err
+
+
+def test_bad_notify_settings_name_them(routes, capsys, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_NOTIFY__BACKOFF_S", "5")
+    monkeypatch.setenv("GPUFLEET_NOTIFY__BACKOFF_MAX_S", "1")
+    assert main(["notify", "--routes", str(routes), "--check"]) == 2
+    one_line_error(capsys, "notify.backoff_max_s", "GPUFLEET_NOTIFY__BACKOFF_MAX_S")
+    monkeypatch.delenv("GPUFLEET_NOTIFY__BACKOFF_MAX_S")
+    monkeypatch.setenv("GPUFLEET_NOTIFY__RETRY_FOR_S", "-1")
+    assert main(["notify", "--routes", str(routes), "--check"]) == 2
+    one_line_error(capsys, "notify.retry_for_s")
+
+
+def test_routes_from_the_settings(routes, capsys, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_NOTIFY__ROUTES", str(routes))
+    assert main(["notify", "--check"]) == 0
+    assert "2 receivers" in capsys.readouterr().out

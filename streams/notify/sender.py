@@ -160,7 +160,8 @@ class Sender(threading.Thread):
             except http.Unreachable as err:
                 verdict = Verdict("retry", f"no answer: {err}")
             if verdict.outcome == "delivered":
-                self._settle(job, owed, "sent", attempts, "", "", time.time())
+                answered = time.monotonic()
+                self._settle(job, owed, "sent", attempts, "", "", time.time(), answered)
                 return
             detail = self.receiver.mask(verdict.detail)
             if verdict.outcome == "rejected":
@@ -189,10 +190,10 @@ class Sender(threading.Thread):
                 return
 
     def _settle(self, job: Job, owed: list[Delivery], state: str, attempts: int, reason: str, error: str,
-                sent_at: float | None = None) -> None:
+                sent_at: float | None = None, answered: float | None = None) -> None:
         if owed:       # cancelled ones too (their partition moved): the log records what the receiver saw
             self.outbox.record(owed, state, reason=reason, error=error, sent_at=sent_at)
-        now = time.monotonic()
+        now = answered if answered is not None else time.monotonic()
         self.results.put(Result(owed, state, job, reason, error, sent_at, [now - d.arrived for d in owed]))
         if not owed and self.metrics:      # a reminder
             self.metrics.reminder(self.receiver.name, state)

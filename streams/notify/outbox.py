@@ -148,7 +148,7 @@ class Outbox:
     def pending(self) -> list[tuple[dict, str]]:
         """Alerts owed and not told (the embedded mode's outbox), oldest first, with their receiver."""
         rows = self._db().execute("SELECT alert, receiver FROM deliveries WHERE state = 'pending' "
-                                  "ORDER BY updated_at")
+                                  "ORDER BY rowid")                  # the order they were owed in
         return [(json.loads(a), r) for a, r in rows]
 
     def open_incidents(self) -> list[tuple[dict, int]]:

@@ -440,7 +440,7 @@ def test_a_429_storm_is_waited_out_as_retry_after_says(tmp_path, server_store, c
             router.stop()
         seen = receiver.received("/hook")
     limited = [i for i, r in enumerate(seen) if r.status == 429]
-    assert len(limited) >= 4
+    assert len(limited) >= 3                            # about one a second for 4 s
     for i in limited:                                   # the next request came no sooner than Retry-After said
         assert seen[i + 1].at - seen[i].at >= 0.95, (i, seen[i + 1].at - seen[i].at)
     accepted = keys(receiver, "/hook")

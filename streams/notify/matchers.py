@@ -78,13 +78,3 @@ def parse_duration(value: str | int | float) -> float:
     if seconds < 0:
         raise ValueError(f"{value!r} is negative")
     return seconds
-
-
-def format_duration(seconds: float) -> str:
-    if seconds and seconds % 86400 == 0:
-        return f"{int(seconds // 86400)}d"
-    if seconds and seconds % 3600 == 0:
-        return f"{int(seconds // 3600)}h"
-    if seconds and seconds % 60 == 0:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"

@@ -225,13 +225,11 @@ class Outbox:
             db.execute("INSERT INTO reminders VALUES (?, ?, ?) ON CONFLICT (receiver, group_key) DO UPDATE SET "
                        "last_at = excluded.last_at", (receiver, group_key, at))
 
-    def forget_pending(self, receiver: str | None = None) -> int:
-        """Drop rows still pending (of one receiver, or all): the distributed mode reads them again from the topic."""
+    def forget_pending(self) -> int:
+        """Drop rows still pending: the distributed mode reads what they owed again from the topic."""
         db = self._db()
         with db:
-            if receiver is None:
-                return db.execute("DELETE FROM deliveries WHERE state = 'pending'").rowcount
-            return db.execute("DELETE FROM deliveries WHERE state = 'pending' AND receiver = ?", (receiver,)).rowcount
+            return db.execute("DELETE FROM deliveries WHERE state = 'pending'").rowcount
 
     def mark_exported(self, rows: Iterable[dict]) -> None:
         db = self._db()

@@ -88,14 +88,10 @@ class Sender(threading.Thread):
         self.stopping = threading.Event()
         self.bucket = TokenBucket(*receiver.rate)
         self.rng = random.Random(seed)
-        self.busy = False
         self.timeout_s = receiver.config.timeout_s or policy.timeout_s
 
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
-
-    def queued(self) -> int:
-        return self.jobs.qsize() + (1 if self.busy else 0)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -106,14 +102,11 @@ class Sender(threading.Thread):
                 job = self.jobs.get(timeout=0.2)
             except queue.Empty:
                 continue
-            self.busy = True
             try:
                 self._job(job)
             except Exception:                        # a bug must not silently stop a receiver's deliveries
                 log.exception("receiver %s: unexpected error; its deliveries stay owed", self.receiver.name)
                 self.results.put(Result(job.deliveries, "abandoned", job))
-            finally:
-                self.busy = False
         while True:                                  # what is still queued stays owed
             try:
                 job = self.jobs.get_nowait()

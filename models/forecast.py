@@ -30,6 +30,7 @@ from .series import DAY, Series
 
 HOUR = 3600
 MIN_BLOCK_ERRORS = 5          # fewer validation errors than this in a block of horizons: not enough to choose
+MARGIN = 0.02                 # a model replaces the best naive baseline of a block only when 2% better there
 
 
 def forward_filled(values: np.ndarray) -> np.ndarray:
@@ -275,12 +276,14 @@ class Forecaster:
     """
 
     def __init__(self, step_s: float, horizon_s: float = 2 * DAY, *, validation_s: float = 14 * DAY,
-                 origin_every_s: float = HOUR):
+                 origin_every_s: float = HOUR, margin: float = MARGIN):
         if step_s <= 0 or horizon_s < step_s:
             raise ValueError("step_s must be positive and horizon_s at least one step")
         self.step_s, self.horizon = step_s, int(round(horizon_s / step_s))
         self.validation = max(1, int(round(validation_s / step_s)))
         self.every = max(1, int(round(origin_every_s / step_s)))
+        self.margin = margin
+        self.naive = [m.naive for m in candidates()]
         self.methods: list[Method] = []
         self.choice = np.zeros(self.horizon, dtype=int)
         self.q10 = np.zeros(self.horizon)
@@ -340,7 +343,10 @@ class Forecaster:
                 if n < MIN_BLOCK_ERRORS or np.isnan(forecasts[i][:, cols]).all(axis=1).any():
                     continue
                 mae = float(np.nanmean(e))
-                if mae < best_mae - 1e-12:
+                # a model must beat the best naive baseline by a margin to replace it: a gain smaller than
+                # that on the validation is as likely noise as skill
+                if mae < best_mae * (1 - (self.margin if self.naive[i] is False and self.naive[best] else 0))\
+                        - 1e-12:
                     best, best_mae = i, mae
             choice[cols] = best
             has_data[cols] = np.isfinite(best_mae)

@@ -114,7 +114,7 @@ class ForecastSettings(BaseModel):
     refit_every_s: int = Field(86400, ge=300, le=28 * 86400,
                                description="the model is chosen and fitted again at every multiple of this")
     history_s: int = Field(8 * 7 * 86400, ge=3600, le=366 * 86400, description="demand history a fit reads")
-    validation_s: int = Field(14 * 86400, ge=3600, le=90 * 86400,
+    validation_s: int = Field(28 * 86400, ge=3600, le=90 * 86400,
                               description="the most recent part of the history that chooses the model")
     min_history_s: int = Field(3 * 3600, ge=0, le=28 * 86400,
                                description="no forecast for a pool with less demand history than this")

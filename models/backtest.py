@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .forecast import HOUR, Forecaster, History, baselines
+from .forecast import HOUR, VALIDATION_S, Forecaster, History, baselines
 from .series import DAY, Series
 
 MODEL = "gpufleet"
@@ -164,7 +164,7 @@ class Rolling:
 
 
 def rolling(series: Series, start: int, horizon: int, *, every_s: float = HOUR, refit_every_s: float = 7 * DAY,
-            validation_s: float = 14 * DAY, progress=None) -> Rolling:
+            validation_s: float = VALIDATION_S, progress=None) -> Rolling:
     """Forecasts from origins ``start, start + every, ...``, each from the values before it only; the
     forecaster is fitted at ``start`` and again every ``refit_every_s`` on everything before that point."""
     every = max(1, int(round(every_s / series.step_s)))
@@ -192,7 +192,7 @@ def _iso(ts: float) -> str:
 
 
 def run(series: Series, horizon_s: float, test_from: float, *, every_s: float = HOUR,
-        refit_every_s: float = 7 * DAY, validation_s: float = 14 * DAY, progress=None) -> Backtest:
+        refit_every_s: float = 7 * DAY, validation_s: float = VALIDATION_S, progress=None) -> Backtest:
     """Backtest the forecaster and the naive baselines from origins in ``[test_from, end)``."""
     hist = History(series)
     H = int(round(horizon_s / series.step_s))

@@ -9,14 +9,16 @@ Candidates, all fitted on the same regular series (``models/series.py``):
 - ``ridge``: a scikit-learn ridge regression over calendar features (hour of day, day of week) and lag
   features (the last value against the means of the last hour, six hours, day and week, and against the
   same time yesterday and last week), one output per horizon step, predicting the change from the last
-  value.
+  value;
+- ``blend``: the mean of those three model candidates (of the ones the history allows).
 
 :meth:`Forecaster.fit` runs a rolling-origin backtest over the most recent part of the history
-(``validation_s``; the candidates fitted on what lies before it, origins every ``origin_every_s``) and
-keeps, for each block of horizons (an hour), the candidate with the lowest mean absolute error, the
-naive baselines included: on that backtest the forecast is never worse than the best naive baseline at
-any horizon. The band comes from the chosen candidates' backtest residuals (split-conformal): p10 and
-p90 are the forecast plus the 10th and 90th percentile of the residuals at that horizon.
+(``validation_s``, 28 days, at most half of it; the candidates fitted on what lies before, origins every
+``origin_every_s``) and keeps, for each block of horizons (an hour), the candidate with the lowest mean
+absolute error, the naive baselines included (a model must beat the best of them by 2% to replace it):
+on that backtest the forecast is never worse than the best naive baseline at any horizon. The band comes
+from the chosen candidates' backtest residuals (split-conformal): p10 and p90 are the forecast plus the
+10th and 90th percentile of the residuals at that horizon.
 
 Plain numpy and scikit-learn; nothing here knows Kafka or ClickHouse.
 """
@@ -31,6 +33,7 @@ from .series import DAY, Series
 HOUR = 3600
 MIN_BLOCK_ERRORS = 5          # fewer validation errors than this in a block of horizons: not enough to choose
 MARGIN = 0.02                 # a model replaces the best naive baseline of a block only when 2% better there
+VALIDATION_S = 28 * DAY       # the most recent history that chooses the candidates and sets the band (at most half)
 
 
 def forward_filled(values: np.ndarray) -> np.ndarray:
@@ -275,7 +278,7 @@ class Forecaster:
     ``step_s`` must divide a day; ``horizon_s`` is how far ahead (48 h by default).
     """
 
-    def __init__(self, step_s: float, horizon_s: float = 2 * DAY, *, validation_s: float = 14 * DAY,
+    def __init__(self, step_s: float, horizon_s: float = 2 * DAY, *, validation_s: float = VALIDATION_S,
                  origin_every_s: float = HOUR, margin: float = MARGIN):
         if step_s <= 0 or horizon_s < step_s:
             raise ValueError("step_s must be positive and horizon_s at least one step")

@@ -255,6 +255,9 @@ def run_command(args, settings, store) -> int:
 
     topics = topic_names(settings)
     stop = threading.Event()
+    if not args.once:               # SIGTERM and ^C end the loop after the forecast time in progress
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
     try:
         ensure_topics(settings.kafka.bootstrap, {t: settings.kafka.partitions for t in topics.values()})
     except (KafkaUnavailable, ValueError) as err:
@@ -264,9 +267,6 @@ def run_command(args, settings, store) -> int:
                                                     "gpufleet.scale.v1": topics["scale"]}, stop=stop)
     sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds)
     runner = ForecastRunner(settings.forecast, settings.scale, store, sink, bus)
-    if not args.once:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
     while True:
         report = runner.run_once()
         if report.made_at:
@@ -277,6 +277,8 @@ def run_command(args, settings, store) -> int:
             print("nothing due: no pool has new telemetry past the next forecast time (forecast.every_s, "
                   "forecast.settle_s)")
         if args.once or stop.wait(settings.forecast.poll_s):
+            if stop.is_set():
+                print("stopped", flush=True)
             return 0
 
 

@@ -129,3 +129,42 @@ def test_a_failed_publish_stores_nothing_and_the_next_run_makes_the_same_again(e
     embedded_store.command("TRUNCATE TABLE scale_events")
     runner(embedded_store, again).run_once()
     assert json.dumps(again, sort_keys=True) == json.dumps(published, sort_keys=True)
+
+
+def test_forecast_run_publishes_stores_and_stops_on_sigterm(server_store, clickhouse_url, kafka_bootstrap):
+    """`gpufleet forecast run` as an operator starts it: events on the topics, rows in the store, then SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    from gpufleet.streams.kafka import consume
+
+    store_fleet(server_store, fleet(pool2=True))
+    prefix = f"f{uuid.uuid4().hex[:8]}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")},
+           "GPUFLEET_KAFKA__BOOTSTRAP": kafka_bootstrap, "GPUFLEET_KAFKA__TOPIC_PREFIX": prefix,
+           "GPUFLEET_STORE__DSN": clickhouse_url, "GPUFLEET_STORE__DATABASE": server_store.database,
+           "GPUFLEET_FORECAST__STEP_S": "300", "GPUFLEET_FORECAST__EVERY_S": "600",
+           "GPUFLEET_FORECAST__HORIZON_S": "3600", "GPUFLEET_FORECAST__MIN_HISTORY_S": "0",
+           "GPUFLEET_FORECAST__SETTLE_S": "60", "GPUFLEET_FORECAST__POLL_S": "1",
+           "GPUFLEET_SCALE__POOLS": json.dumps({"p2": {"dry_run": True}})}
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet", "forecast", "run"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("made 6 forecasts and 6 scale decisions at 3 times"), line + proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read().strip() == "stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    forecasts = [json.loads(v) for _, v in consume(kafka_bootstrap, f"{prefix}.forecast", "check", to_end=True)]
+    scales = [json.loads(v) for _, v in consume(kafka_bootstrap, f"{prefix}.scale", "check", to_end=True)]
+    assert sorted((e["pool"], e["made_at"] - T0) for e in forecasts) == [(p, t) for p in ("p1", "p2")
+                                                                          for t in (600, 1200, 1800)]
+    assert sorted((e["pool"], e["at"] - T0) for e in scales) == [("p1", 600), ("p1", 1200), ("p1", 1800)]
+    assert server_store.query("SELECT count() FROM forecasts FINAL")[0][0] == 6 * 12
+    assert server_store.query("SELECT countIf(dry_run = 1), count() FROM scale_events FINAL")[0] == (3, 6)

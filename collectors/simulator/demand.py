@@ -30,7 +30,7 @@ def rentals(begin: float, end: float, *, seed: int = 1, rentals_per_hour: float 
     rng = random.Random(seed)
     base = rentals_per_hour / 3600.0
     peak = base * 1.6 * max(WEEKDAY_FACTOR) * 1.3          # the highest rate the level allows
-    out = []
+    out: list[tuple[float, float, int]] = []
     level, level_at, t = 1.0, begin, begin
     while True:
         t += rng.expovariate(peak)                          # thinning: candidates at the peak rate...

@@ -1,4 +1,8 @@
-"""``gpufleet forecast backtest|run``, ``gpufleet scale simulate`` and ``gpufleet serve``."""
+"""``gpufleet forecast backtest|run``, ``gpufleet scale simulate`` and ``gpufleet serve``.
+
+numpy and scikit-learn (the forecast install) are imported by the commands that need them only:
+``serve`` runs on the store install.
+"""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,8 +12,12 @@ import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from gpufleet.models.series import DAY, Series, SeriesError, parse_duration, parse_time
+if TYPE_CHECKING:
+    from gpufleet.models.series import Series
+
+DAY = 86400
 
 
 class ArgumentError(ValueError):
@@ -24,6 +32,7 @@ def _iso(ts: float) -> str:
 
 
 def _duration(text: str | None, argument: str, default: float) -> float:
+    from gpufleet.models.series import parse_duration
     if text is None:
         return default
     try:
@@ -34,7 +43,7 @@ def _duration(text: str | None, argument: str, default: float) -> float:
 
 def read_series(args) -> Series:
     """The demand series the arguments name (--series, --time-col, --value-col, --resample, --agg)."""
-    from gpufleet.models.series import read_csv, regular, typical_step
+    from gpufleet.models.series import SeriesError, read_csv, regular, typical_step
 
     names = {"file": "--series", "time column": "--time-col", "value column": "--value-col"}
     try:
@@ -51,6 +60,7 @@ def read_series(args) -> Series:
 
 
 def _test_from(args, series: Series, horizon_s: float) -> float:
+    from gpufleet.models.series import parse_time
     if args.test_from is not None:
         try:
             t = parse_time(args.test_from)

@@ -42,3 +42,14 @@ def test_routes_errors_and_a_failing_handler(base):
     assert get(f"{base}/v1/echo")[0] == 200                        # still serving
     status, body = get(f"{base}/v1/echo", "HEAD")
     assert status == 200 and body == b""
+
+
+def test_the_service_needs_no_forecast_install():
+    """`gpufleet serve` runs on the store install: nothing it imports needs numpy or scikit-learn."""
+    import subprocess
+    import sys
+    code = ("import sys\nsys.modules['numpy'] = sys.modules['sklearn'] = None\n"
+            "import gpufleet.cli, gpufleet.forecast_commands, gpufleet.feed, gpufleet.web, gpufleet.settings\n"
+            "gpufleet.cli.build_parser().parse_args(['serve', '--port', '0'])\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -427,9 +427,9 @@ def cmd_worker(args) -> int:
 
 def cmd_topics(args) -> int:
     from gpufleet.streams import worker
+    from gpufleet.streams.forecast_events import topic_names
     from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
     settings = load_settings(args.config, **_kafka_overrides(args))
-    from gpufleet.streams.forecast_events import topic_names
     topics = worker.internal_topics(settings)
     topics.update({t: settings.kafka.partitions for t in topic_names(settings).values()})
     try:

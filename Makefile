@@ -6,13 +6,14 @@ PY       := $(VENV)/bin/python
 SERVICES ?= .services
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint venv services-start services-stop bench clean help
+.PHONY: demo test lint venv services-start services-stop bench eval-forecast clean help
 
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
 	@echo "make test            all tests, with a local Kafka broker and ClickHouse server started and stopped"
 	@echo "make lint            ruff and mypy, zero findings expected"
 	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
+	@echo "make eval-forecast   the forecast evaluation of QUALITY.md (TRACES=DIR adds the trace CSVs found there)"
 	@echo "make services-start  start the local Kafka broker and ClickHouse server (env in $(SERVICES)/env)"
 	@echo "make services-stop   stop them"
 
@@ -62,6 +63,9 @@ bench: $(VENV)/.installed-test
 	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
 	set -a; . $(SERVICES)/env; set +a; \
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+eval-forecast: $(VENV)/.installed-test
+	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES))
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck

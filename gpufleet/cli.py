@@ -194,13 +194,17 @@ def _run_embedded(settings: Settings, source, total, label: str, events_path=Non
         events = notifier.tap(events)
     progress = Progress(label, total)
     started = time.monotonic()
+    forecasts = None
     try:
         n = embedded.run(source, pipeline, sink, events, dead, progress=progress)
+        progress(n, final=True)
+        if store is not None:        # demand is the store's: forecasts and scale decisions over what it holds
+            from gpufleet.forecast_commands import embedded_forecasts
+            forecasts = embedded_forecasts(settings, store, events)
     finally:
         events.close()
         dead.close()
-    progress(n, final=True)
-    return EmbeddedRun(pipeline, sink, events, dead, time.monotonic() - started)
+    return EmbeddedRun(pipeline, sink, events, dead, time.monotonic() - started, forecasts)
 
 
 @dataclass
@@ -210,6 +214,7 @@ class EmbeddedRun:
     events: Any
     dead: Any
     seconds: float
+    forecasts: Any = None
 
 
 def _report(run: EmbeddedRun, events_path, dead_path) -> None:
@@ -223,6 +228,11 @@ def _report(run: EmbeddedRun, events_path, dead_path) -> None:
     print(f"events: {events.count:,}" + (f", written to {events_path}" if events_path else ""))
     if sink is not None:
         print("stored rows: " + ", ".join(f"{t} {n:,}" for t, n in sorted(sink.written.items())))
+    f = run.forecasts
+    if f is not None:
+        print(f"forecasts: {f.forecasts:,} ({len(f.made_at)} times, every forecast.every_s), scale decisions: "
+              f"{f.decisions:,}" + ("" if f.made_at else " (less demand history than forecast.min_history_s "
+                                                         "plus forecast.every_s)"))
 
 
 def cmd_replay(args) -> int:
@@ -435,9 +445,11 @@ def cmd_worker(args) -> int:
 
 def cmd_topics(args) -> int:
     from gpufleet.streams import worker
+    from gpufleet.streams.forecast_events import topic_names
     from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
     settings = load_settings(args.config, **_kafka_overrides(args))
     topics = worker.internal_topics(settings)
+    topics.update({t: settings.kafka.partitions for t in topic_names(settings).values()})
     try:
         ensure_topics(settings.kafka.bootstrap, topics)
     except (KafkaUnavailable, ValueError) as err:
@@ -546,6 +558,60 @@ def cmd_model(args) -> int:
         except ModelError as err:
             raise UsageError(f"{args.prog} eval: argument --model: {err}") from None
     return model_commands.evaluate_command(args, Progress("record", None, "messages"))
+
+
+def cmd_forecast(args) -> int:
+    from gpufleet import forecast_commands as fc
+    try:
+        if args.forecast_command == "backtest":
+            return fc.backtest_command(args)
+        overrides: dict = {"store": {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v}}
+        if args.dry_run:
+            overrides["scale"] = {"dry_run": True}
+        settings = load_settings(args.config, **{k: v for k, v in overrides.items() if v}, **_kafka_overrides(args))
+        if args.dry_run:    # every pool, whatever its own policy says
+            settings = settings.model_copy(update={"scale": settings.scale.model_copy(update={
+                "pools": {p: {**v, "dry_run": True} for p, v in settings.scale.pools.items()}})})
+        store = _writable_store(settings)
+        try:
+            return fc.run_command(args, settings, store)
+        finally:
+            store.close()
+    except fc.ArgumentError as err:
+        raise UsageError(f"{args.prog} {args.forecast_command}: {err}") from None
+
+
+def cmd_scale(args) -> int:
+    from gpufleet import forecast_commands as fc
+    try:
+        return fc.simulate_command(args)
+    except fc.ArgumentError as err:
+        raise UsageError(f"{args.prog} simulate: {err}") from None
+
+
+def cmd_serve(args) -> int:
+    from gpufleet import forecast_commands as fc
+    serve = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
+    settings = load_settings(args.config, **({"serve": serve} if serve else {}), **({"store": store} if store else {}))
+    store_ = _readable_store(settings)
+    try:
+        return fc.serve_command(args, settings, store_)
+    finally:
+        store_.close()
+
+
+def _series_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--series", required=True, metavar="CSV", help="demand series: a CSV file with a header line")
+    p.add_argument("--time-col", metavar="C", help="column of the times: Unix seconds or ISO 8601 (default ts)")
+    p.add_argument("--value-col", metavar="C", help="column of the demand (default: the only other column)")
+    p.add_argument("--resample", metavar="STEP", help="resample to this step, e.g. 10min (default: the series' own)")
+    p.add_argument("--agg", default="mean", choices=["mean", "max", "min", "sum", "last"],
+                   help="how values within a step combine when resampling (default mean)")
+    p.add_argument("--test-from", metavar="WHEN", help="start of the test period, UTC: YYYY-MM-DD[THH:MM] or Unix "
+                                                         "seconds (default: the last third, from a midnight)")
+    p.add_argument("--every", metavar="D", help="a forecast (and, in simulate, a decision) every D (default 1h)")
+    p.add_argument("--refit-every", metavar="D", help="fit the forecaster again every D of the test (default 7d)")
 
 
 def build_parser() -> Parser:
@@ -752,6 +818,58 @@ def build_parser() -> Parser:
     _store_options(s)
     s.set_defaults(fn=cmd_summary)
 
+    s = sub.add_parser("forecast", help="demand forecasts: backtest on a series, or make them from the store",
+                       description="Forecast each pool's demand 48 hours ahead with a p10-p90 band: backtest the "
+                                   "forecaster on any demand series against naive baselines, or run the forecast "
+                                   "process that makes forecasts and scale decisions from the store.")
+    fsub = s.add_subparsers(dest="forecast_command", metavar="ACTION", parser_class=Parser)
+    fsub.required = True
+    m = fsub.add_parser("backtest", help="rolling-origin backtest against last value, yesterday and last week",
+                        description="From every origin of the test period (one an hour), forecast the next "
+                                    "--horizon from the values before it only, refitting the forecaster every "
+                                    "--refit-every on everything before; print MAE, RMSE, SMAPE and p10-p90 "
+                                    "coverage per horizon for the forecaster and the naive baselines, and the goals.")
+    _series_options(m)
+    m.add_argument("--horizon", default="48h", metavar="H", help="how far ahead, e.g. 48h (default 48h)")
+    m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    m.add_argument("--chart", metavar="PNG", help="draw forecast against actuals with the band, and SMAPE by horizon")
+    m = fsub.add_parser("run", help="make forecasts and scale decisions from the store, publish them to Kafka",
+                        description="Read each pool's demand from the store, make the forecasts and scale decisions "
+                                    "due (every forecast.every_s of event time), publish them to "
+                                    "<prefix>.forecast and <prefix>.scale and store them; then look again every "
+                                    "forecast.poll_s seconds.")
+    m.add_argument("--once", action="store_true", help="make what is due now, then exit")
+    m.add_argument("--dry-run", action="store_true",
+                   help="every pool's scale decisions are recorded only (setting scale.dry_run)")
+    m.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    _store_options(m)
+    s.set_defaults(fn=cmd_forecast)
+
+    s = sub.add_parser("scale", help="replay a demand series through a scale policy",
+                       description="Scale policies: replay a demand series through one.")
+    ssub = s.add_subparsers(dest="scale_command", metavar="ACTION", parser_class=Parser)
+    ssub.required = True
+    m = ssub.add_parser("simulate", help="GPU-hours, idle and shortfall of a policy against static peak and reactive",
+                        description="Replay a demand series through a scale policy fed by the forecaster (fitted on "
+                                    "the history before the test period, refitted as it goes) and print GPU-hours "
+                                    "provisioned, idle GPU-hours and shortfall, against a static capacity at the "
+                                    "series' peak and a purely reactive policy.")
+    _series_options(m)
+    m.add_argument("--policy", required=True, metavar="FILE",
+                   help="TOML policy: the keys of the [scale] settings section (README)")
+    m.add_argument("--pool", help="use the policy's [pools.POOL] values")
+    m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    s.set_defaults(fn=cmd_scale)
+
+    s = sub.add_parser("serve", help="the HTTP service: the forecast feed (KEDA metrics-api value, /metrics)",
+                       description="Serve the forecast feed over HTTP from the store: GET /v1/forecast?pool=P, "
+                                   "GET /v1/scale?pool=P (the value for KEDA's metrics-api scaler, valueLocation "
+                                   "target_gpus), /v1/pools, /metrics and /health. Only reads the store.")
+    s.add_argument("--host", help="address to bind (setting serve.host, 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (setting serve.port, 8080; 0: any free port)")
+    _store_options(s)
+    s.set_defaults(fn=cmd_serve)
+
     s = sub.add_parser("sql", help="run one SQL query against the store and print the result",
                        description="Run one SQL query against the store (embedded or server) and print the "
                                    "result as a table, e.g. gpufleet sql 'SELECT * FROM pool_usage_1m LIMIT 5'.")
@@ -787,6 +905,9 @@ def main(argv: list[str] | None = None) -> int:
         extra = EXTRAS.get((err.name or "").split(".")[0])
         if extra is None:
             raise
+        if extra == "train" and getattr(args, "command", "") in ("forecast", "scale") and \
+                not (err.name or "").startswith("matplotlib"):
+            extra = "forecast"
         print(f"gpufleet {getattr(args, 'command', '')}: needs the {extra} install, which lacks {err.name}: "
               f"pip install 'gpufleet[{extra}]'", file=sys.stderr)
         return 2

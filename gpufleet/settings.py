@@ -12,9 +12,10 @@ import re
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
+from gpufleet.models.scaling import Policy
 from gpufleet.sql import parse_dsn
 from gpufleet.streams.config import StreamConfig
 
@@ -137,6 +138,67 @@ class NotifySettings(BaseModel):
         return v
 
 
+class ForecastSettings(BaseModel):
+    """The forecast process (``gpufleet forecast run``, and replay/demo at the end of their input)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_s: int = Field(600, ge=300, le=86400, description="step of the forecast points (a multiple of 300)")
+    horizon_s: int = Field(2 * 86400, ge=300, le=14 * 86400, description="how far ahead each forecast reaches")
+    every_s: int = Field(3600, ge=300, le=7 * 86400,
+                         description="a forecast is made at every multiple of this, in event time")
+    refit_every_s: int = Field(86400, ge=300, le=28 * 86400,
+                               description="the model is chosen and fitted again at every multiple of this")
+    history_s: int = Field(8 * 7 * 86400, ge=3600, le=366 * 86400, description="demand history a fit reads")
+    validation_s: int = Field(28 * 86400, ge=3600, le=90 * 86400,
+                              description="the most recent part of the history that chooses the model")
+    min_history_s: int = Field(3 * 3600, ge=0, le=28 * 86400,
+                               description="no forecast for a pool with less demand history than this")
+    settle_s: int = Field(300, ge=0, le=86400,
+                          description="a forecast at T waits until the store holds telemetry up to T + this")
+    backfill_s: int = Field(86400, ge=0, le=90 * 86400,
+                            description="forecasts missing further back than this are not made")
+    poll_s: float = Field(60.0, gt=0, le=3600, description="wall-clock seconds between two looks at the store")
+
+    @model_validator(mode="after")
+    def _steps(self):
+        if self.step_s % 300 or 86400 % self.step_s:
+            raise ValueError(f"step_s {self.step_s} must be a multiple of 300 that divides a day")
+        for name in ("every_s", "horizon_s", "refit_every_s"):
+            if getattr(self, name) % self.step_s:
+                raise ValueError(f"{name} {getattr(self, name)} is not a multiple of step_s {self.step_s}")
+        return self
+
+
+class ScaleSettings(Policy):
+    """The scale policy: these fields for every pool, ``pools.<name>`` to change some for one pool."""
+
+    pools: dict[str, dict[str, float | int | bool | None]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _pools(self):
+        for name in self.pools:
+            try:
+                self.policy(name)
+            except ValidationError as err:
+                e = err.errors(include_url=False)[0]
+                where = ".".join([f"pools.{name}", *(str(p) for p in e["loc"])])
+                raise ValueError(f"{where}: {e['msg'].removeprefix('Value error, ')}") from None
+        return self
+
+    def policy(self, pool: str) -> Policy:
+        """The policy of ``pool``: the defaults with the pool's own values over them."""
+        base = self.model_dump(exclude={"pools"})
+        return Policy(**{**base, **self.pools.get(pool, {})})
+
+
+class ServeSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address gpufleet serve binds to")
+    port: int = Field(8080, ge=0, le=65535, description="port of gpufleet serve (0: any free port)")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", frozen=True,
                                       extra="forbid")
@@ -147,6 +209,9 @@ class Settings(BaseSettings):
     collect: CollectSettings = CollectSettings()
     worker: WorkerSettings = WorkerSettings()
     notify: NotifySettings = NotifySettings()
+    forecast: ForecastSettings = ForecastSettings()
+    scale: ScaleSettings = ScaleSettings()
+    serve: ServeSettings = ServeSettings()
 
 
 class SettingsError(ValueError):

@@ -40,6 +40,22 @@ QUERIES = {
         FROM alerts
         GROUP BY kind
         ORDER BY kind""",
+    "Demand forecast (latest per pool: the next 48 hours) and scale target": """
+        SELECT f.pool AS pool,
+               formatDateTime(f.made_at, '%Y-%m-%d %H:%i') AS made_at,
+               s.rented_gpus                                AS rented,
+               round(f.peak, 1)                             AS peak_forecast,
+               round(f.peak_p90, 1)                         AS peak_p90,
+               s.target_gpus                                AS target_gpus,
+               s.action                                     AS action
+        FROM (SELECT pool, made_at, max(demand_gpus) AS peak, max(p90) AS peak_p90
+              FROM forecasts FINAL
+              WHERE (pool, made_at) IN (SELECT pool, max(made_at) FROM forecasts GROUP BY pool)
+              GROUP BY pool, made_at) AS f
+        LEFT JOIN (SELECT pool, argMax(rented_gpus, at) AS rented_gpus, argMax(target_gpus, at) AS target_gpus,
+                          argMax(action, at) AS action
+                   FROM scale_events FINAL GROUP BY pool) AS s ON s.pool = f.pool
+        ORDER BY pool""",
 }
 
 

@@ -7,6 +7,8 @@ murmur2 partitioner, so a key lands on the same partition from Java, aiokafka
 """
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterable, Iterator
 
@@ -14,6 +16,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gpufleet.collectors.publisher import producer_config
+
+log = logging.getLogger("gpufleet.kafka")
 
 
 class KafkaUnavailable(Exception):
@@ -193,3 +197,34 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     finally:
         consumer.close()
+
+
+class EventPublisher:
+    """Publishes events to topics by schema (key = ``key_field``), returning once the broker has
+    acknowledged all of them; while it cannot, it retries with backoff (``stop`` set: gives up)."""
+
+    def __init__(self, bootstrap: str, topics: dict[str, str], key_field: str = "pool",
+                 backoff_s: tuple[float, float] = (0.5, 30.0), message_timeout_s: float = 30.0, stop=None):
+        self.bootstrap, self.topics, self.key_field = bootstrap, topics, key_field
+        self.backoff_s, self.message_timeout_s, self.stop = backoff_s, message_timeout_s, stop
+        self.failures = 0
+
+    def __call__(self, events: list[dict]) -> None:
+        by_topic: dict[str, list[tuple[str, bytes]]] = {}
+        for e in events:
+            by_topic.setdefault(self.topics[e["schema"]], []).append(
+                (str(e.get(self.key_field) or ""), json.dumps(e, separators=(",", ":")).encode()))
+        delay = self.backoff_s[0]
+        for topic, items in by_topic.items():
+            while True:
+                try:
+                    produce(self.bootstrap, topic, items, **{"message.timeout.ms": int(self.message_timeout_s * 1000)})
+                    break
+                except (KafkaException, BufferError) as err:
+                    self.failures += 1
+                    if self.stop is not None and self.stop.is_set():
+                        raise KafkaUnavailable(f"stopped while Kafka at {self.bootstrap} was failing: {err}") from None
+                    log.warning(
+                        "could not publish %d events to %s, retrying in %.1f s: %s", len(items), topic, delay, err)
+                    time.sleep(delay)
+                    delay = min(delay * 2, self.backoff_s[1])

@@ -38,3 +38,8 @@ def test_the_base_install_runs_the_collector_without_the_heavy_dependencies(tmp_
     other = subprocess.run([str(gpufleet), "summary"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert other.returncode == 2 and "pip install 'gpufleet[store]'" in other.stderr
     assert len(other.stderr.strip().splitlines()) == 1, other.stderr
+    series = tmp_path / "d.csv"
+    series.write_text("ts,gpus\n0,1\n600,2\n")
+    forecast = subprocess.run([str(gpufleet), "forecast", "backtest", "--series", str(series)], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+    assert forecast.returncode == 2 and "pip install 'gpufleet[forecast]'" in forecast.stderr, forecast.stderr

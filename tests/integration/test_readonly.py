@@ -19,7 +19,7 @@ def gpufleet(*args, cwd=None):
 
 def test_reading_an_embedded_store_that_does_not_exist_creates_nothing(tmp_path):
     where = tmp_path / "nowhere"
-    for args in (["summary"], ["sql", "SHOW DATABASES"], ["db", "status"]):
+    for args in (["summary"], ["sql", "SHOW DATABASES"], ["db", "status"], ["serve", "--port", "0"]):
         out = gpufleet(*args, "--dsn", f"chdb://{where}")
         if args[0] == "db":
             assert out.returncode == 0 and "pending" in out.stdout and "does not exist" not in out.stderr

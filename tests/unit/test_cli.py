@@ -50,7 +50,7 @@ def test_bad_config_file_names_it(tmp_path):
 def test_help_explains_every_command():
     out = run("--help")
     assert out.returncode == 0
-    for command in ("demo", "simulate", "replay", "db", "summary"):
+    for command in ("demo", "simulate", "replay", "db", "summary", "forecast", "scale", "serve"):
         assert command in out.stdout
         sub = run(command, "--help")
         assert sub.returncode == 0 and "usage: gpufleet " + command in sub.stdout

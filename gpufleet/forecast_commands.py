@@ -1,0 +1,314 @@
+"""``gpufleet forecast backtest|run``, ``gpufleet scale simulate`` and ``gpufleet serve``.
+
+numpy and scikit-learn (the forecast install) are imported by the commands that need them only:
+``serve`` runs on the store install.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpufleet.models.series import Series
+
+DAY = 86400
+
+
+class ArgumentError(ValueError):
+    """A bad argument: ``argument`` names it."""
+
+    def __init__(self, argument: str, message: str):
+        super().__init__(f"argument {argument}: {message}")
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _duration(text: str | None, argument: str, default: float) -> float:
+    from gpufleet.models.series import parse_duration
+    if text is None:
+        return default
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise ArgumentError(argument, str(err)) from None
+
+
+def read_series(args) -> Series:
+    """The demand series the arguments name (--series, --time-col, --value-col, --resample, --agg)."""
+    from gpufleet.models.series import SeriesError, read_csv, regular, typical_step
+
+    names = {"file": "--series", "time column": "--time-col", "value column": "--value-col"}
+    try:
+        times, values = read_csv(args.series, args.time_col, args.value_col)
+        step = _duration(args.resample, "--resample", 0.0) or typical_step(times)
+    except SeriesError as err:
+        raise ArgumentError(names.get(err.argument, "--series"), err.message) from None
+    if step > DAY or DAY % step > 1e-9:
+        raise ArgumentError("--resample", f"a step of {step:g} s does not divide a day: resample, e.g. 10min")
+    try:
+        return regular(times, values, step, args.agg)
+    except SeriesError as err:
+        raise ArgumentError(names.get(err.argument, "--series"), err.message) from None
+
+
+def _test_from(args, series: Series, horizon_s: float) -> float:
+    from gpufleet.models.series import parse_time
+    if args.test_from is not None:
+        try:
+            t = parse_time(args.test_from)
+        except ValueError:
+            raise ArgumentError("--test-from", f"{args.test_from!r} is neither YYYY-MM-DD[THH:MM] nor Unix seconds")\
+                from None
+    else:   # the last third, from a midnight (UTC)
+        t = math.floor((series.start + (len(series) * 2 // 3) * series.step_s) / DAY) * DAY
+    if t - series.start < 2 * DAY:
+        raise ArgumentError("--test-from", f"{_iso(t)} leaves less than two days of history before it "
+                                           f"(the series starts {_iso(series.start)})")
+    if t >= series.end - series.step_s:
+        raise ArgumentError("--test-from", f"{_iso(t)} is not before the end of the series ({_iso(series.end)})")
+    return t
+
+
+def _describe_series(args, series: Series) -> str:
+    gaps = int(sum(1 for v in series.values if v != v))
+    return (f"series: {args.series}, {len(series):,} steps of {_label(series.step_s)} from {_iso(series.start)} to "
+            f"{_iso(series.end)} UTC ({gaps:,} without a value)")
+
+
+def _label(seconds: float) -> str:
+    if seconds % DAY == 0:
+        return f"{seconds / DAY:g} d"
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
+
+
+# -- forecast backtest -----------------------------------------------------------------------
+def backtest_command(args) -> int:
+    from gpufleet.models import backtest
+    from gpufleet.summary import table
+
+    series = read_series(args)
+    horizon_s = _duration(args.horizon, "--horizon", 2 * DAY)
+    if horizon_s < series.step_s or horizon_s > 14 * DAY:
+        raise ArgumentError("--horizon", f"{args.horizon} is not between one step ({_label(series.step_s)}) and 14 d")
+    every_s = _duration(args.every, "--every", 3600.0)
+    refit_s = _duration(args.refit_every, "--refit-every", 7 * DAY)
+    if every_s < series.step_s:
+        raise ArgumentError("--every", f"{args.every} is shorter than the series' step ({_label(series.step_s)})")
+    test_from = _test_from(args, series, horizon_s)
+    log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
+    started = time.monotonic()
+    bt = backtest.run(series, horizon_s, test_from, every_s=every_s, refit_every_s=refit_s, progress=log)
+    seconds = time.monotonic() - started
+    rep = bt.report()
+    goals = bt.goals()
+    train_steps = series.index(test_from)
+    summary = {
+        "series": {"file": args.series, "value_col": args.value_col, "step_s": series.step_s,
+                   "start": series.start, "end": series.end, "steps": len(series),
+                   "missing": int(sum(1 for v in series.values if v != v))},
+        "split": {"train_until": test_from, "train_steps": train_steps, "test_steps": len(series) - train_steps,
+                  "origins": len(bt.origins), "every_s": every_s, "refit_every_s": refit_s,
+                  "horizon_s": bt.horizon * series.step_s},
+        "horizons": rep,
+        "goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals],
+        "worse_than_best_naive": bt.not_worse_than_naive(),
+        "refits": [{"at": t, "methods": m} for t, m in bt.refits],
+        "seconds": round(seconds, 1),
+    }
+    if args.chart:
+        backtest.chart(bt, args.chart, title=f"{args.series}: forecast against actuals")
+        summary["chart"] = args.chart
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(_describe_series(args, series))
+    print(f"split: train on everything before {_iso(test_from)} UTC ({train_steps:,} steps), test from there "
+          f"({len(series) - train_steps:,} steps): {len(bt.origins):,} origins every {_label(every_s)}, "
+          f"horizon {_label(bt.horizon * series.step_s)}, refitted every {_label(refit_s)} "
+          f"({len(bt.refits)} fits; backtest in {seconds:.0f} s)")
+    rows = []
+    for label, row in rep.items():
+        for method, r in row.items():
+            rows.append((label, method, _f(r["mae"]), _f(r["rmse"]), _f(r["smape_pct"]), _f(r["coverage_pct"], 1),
+                         r["n"]))
+    print(table(["horizon", "method", "MAE", "RMSE", "SMAPE_%", "p10-p90_coverage_%", "n"], rows))
+    print("\ngoals\n" + table(["goal", "met", "value"],
+                              [(g, "n/a" if ok is None else "yes" if ok else "NO", v) for g, ok, v in goals]))
+    worse = bt.not_worse_than_naive()
+    print("\nbetter than or equal to the best naive baseline (MAE) at every horizon shown" if not worse else
+          f"\nworse than the best naive baseline (MAE) at: {', '.join(worse)}")
+    if args.chart:
+        print(f"chart: {args.chart}")
+    return 0
+
+
+def _f(v, digits: int = 3):
+    return "-" if v is None else round(v, digits)
+
+
+# -- scale simulate ----------------------------------------------------------------------------
+def read_policy(path: str, pool: str | None):
+    """The policy in a TOML file: the keys of the ``[scale]`` settings section, at the top or under
+    ``[scale]``, with ``[pools.<pool>]`` over them for ``pool``."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from gpufleet.settings import ScaleSettings
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as err:
+        raise ArgumentError("--policy", f"cannot read {path!r}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ArgumentError("--policy", f"{path}: {err}") from None
+    data = data.get("scale", data)
+    try:
+        scale = ScaleSettings.model_validate(data)
+    except ValidationError as err:
+        e = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in e["loc"])
+        raise ArgumentError("--policy", f"{path}: {where + ': ' if where else ''}"
+                                        f"{e['msg'].removeprefix('Value error, ')}") from None
+    if pool is not None and pool not in scale.pools:
+        raise ArgumentError("--pool", f"{path} has no [pools.{pool}] (it has: {', '.join(scale.pools) or 'none'})")
+    return scale.policy(pool or "")
+
+
+def simulate_command(args) -> int:
+    import numpy as np
+
+    from gpufleet.models import backtest, scaling
+    from gpufleet.summary import table
+
+    policy = read_policy(args.policy, args.pool)
+    series = read_series(args)
+    every_s = _duration(args.every, "--every", 3600.0)
+    if every_s < series.step_s or every_s % series.step_s:
+        raise ArgumentError("--every", f"{args.every} is not a multiple of the series' step ({_label(series.step_s)})")
+    refit_s = _duration(args.refit_every, "--refit-every", 7 * DAY)
+    test_from = _test_from(args, series, 2 * DAY)
+    start = series.index(test_from)
+    horizon = int(round(2 * DAY / series.step_s))
+    log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
+    started = time.monotonic()
+    r = backtest.rolling(series, start, horizon, every_s=every_s, refit_every_s=refit_s, progress=log)
+
+    def forecast_at(i: int):
+        j = int(np.searchsorted(r.origins, i, side="right")) - 1
+        return None if j < 0 else r.p90[j, i - int(r.origins[j]):]
+
+    decide_every = int(round(every_s / series.step_s))
+    demand = np.asarray(series.values, dtype=float)
+    outcomes = [scaling.simulate("forecast policy", demand, start, policy, series.step_s, forecast_at, decide_every),
+                scaling.simulate("reactive policy", demand, start, policy, series.step_s, None, decide_every),
+                scaling.static_peak(demand[start:], policy, series.step_s)]
+    seconds = time.monotonic() - started
+    ours, reactive, static = outcomes
+    goals = [("provisions fewer GPU-hours than static peak capacity",
+              ours.provisioned_gpu_h < static.provisioned_gpu_h,
+              f"{ours.provisioned_gpu_h:,.0f} vs {static.provisioned_gpu_h:,.0f}"),
+             ("shortfall no worse than the reactive policy (GPU-hours and times)",
+              ours.shortfall_gpu_h <= reactive.shortfall_gpu_h + 1e-9 and
+              ours.shortfall_count <= reactive.shortfall_count,
+              f"{ours.shortfall_gpu_h:,.1f} GPU-h in {ours.shortfall_count} times vs "
+              f"{reactive.shortfall_gpu_h:,.1f} GPU-h in {reactive.shortfall_count} times")]
+    if args.json:
+        print(json.dumps({"policy": policy.model_dump(), "series": args.series, "from": test_from,
+                          "steps": len(series) - start, "step_s": series.step_s, "every_s": every_s,
+                          "outcomes": {o.name: o.to_dict() for o in outcomes},
+                          "goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals],
+                          "seconds": round(seconds, 1)}, indent=1))
+        return 0
+    print(_describe_series(args, series))
+    p = policy
+    print(f"policy: headroom {p.headroom_pct:g}%, min {p.min_gpus}, max {p.max_gpus or 'none'}, step {p.step_gpus}, "
+          f"cooldown {_label(p.cooldown_s)}, lead time {_label(p.lead_time_s)}, scale-in on the demand of the last "
+          f"{_label(p.scale_in_after_s)}")
+    print(f"replayed from {_iso(test_from)} UTC ({len(series) - start:,} steps); decisions and forecasts every "
+          f"{_label(every_s)}, the forecaster refitted every {_label(refit_s)} on the history before "
+          f"({seconds:.0f} s)")
+    print(table(["policy", "GPU_hours", "idle_GPU_hours", "shortfall_GPU_hours", "shortfall_times", "changes",
+                 "peak_GPUs"],
+                [(o.name, round(o.provisioned_gpu_h, 1), round(o.idle_gpu_h, 1), round(o.shortfall_gpu_h, 1),
+                  o.shortfall_count, o.changes, o.peak_capacity) for o in outcomes]))
+    print("\ngoals\n" + table(["goal", "met", "value"], [(g, "yes" if ok else "NO", v) for g, ok, v in goals]))
+    return 0
+
+
+# -- forecast run, and the same at the end of replay and demo ------------------------------------
+def embedded_forecasts(settings, store, events) -> object:
+    """Forecasts and scale decisions due over what the embedded pipeline stored; events to ``events``."""
+    from gpufleet.streams.forecasting import ForecastRunner
+    from gpufleet.streams.sink import Sink
+
+    sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds)
+    runner = ForecastRunner(settings.forecast, settings.scale, store, sink, events.write)
+    return runner.run_once()
+
+
+def run_command(args, settings, store) -> int:
+    from gpufleet.streams.forecast_events import topic_names
+    from gpufleet.streams.forecasting import ForecastRunner
+    from gpufleet.streams.kafka import EventPublisher, KafkaUnavailable, ensure_topics
+    from gpufleet.streams.sink import Sink
+
+    topics = topic_names(settings)
+    stop = threading.Event()
+    if not args.once:               # SIGTERM and ^C end the loop after the forecast time in progress
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    try:
+        ensure_topics(settings.kafka.bootstrap, {t: settings.kafka.partitions for t in topics.values()})
+    except (KafkaUnavailable, ValueError) as err:
+        print(f"gpufleet forecast run: kafka: {err}", file=sys.stderr)
+        return 1
+    bus = EventPublisher(settings.kafka.bootstrap, {"gpufleet.forecast.v1": topics["forecast"],
+                                                    "gpufleet.scale.v1": topics["scale"]}, stop=stop)
+    sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds)
+    runner = ForecastRunner(settings.forecast, settings.scale, store, sink, bus)
+    while True:
+        report = runner.run_once()
+        if report.made_at:
+            print(f"made {report.forecasts} forecasts and {report.decisions} scale decisions at "
+                  f"{len(report.made_at)} times ({_iso(report.made_at[0])} to {_iso(report.made_at[-1])} UTC); "
+                  f"published {report.published} events to {topics['forecast']} and {topics['scale']}", flush=True)
+        elif args.once:
+            print("nothing due: no pool has new telemetry past the next forecast time (forecast.every_s, "
+                  "forecast.settle_s)")
+        if args.once or stop.wait(settings.forecast.poll_s):
+            if stop.is_set():
+                print("stopped", flush=True)
+            return 0
+
+
+# -- serve -------------------------------------------------------------------------------------------
+def serve_command(args, settings, store) -> int:
+    from gpufleet import feed, web
+
+    router = web.Router()
+    feed.mount(router, store)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def ready(host: str, port: int) -> None:
+        print(f"serving on http://{host}:{port}: " + ", ".join(
+            f"{path} ({what})" for path, what in sorted(router.descriptions.items())), flush=True)
+    try:
+        web.serve(router, settings.serve.host, settings.serve.port, stop, ready)
+    except OSError as err:
+        print(f"gpufleet serve: cannot listen on {settings.serve.host}:{settings.serve.port}: {err.strerror}",
+              file=sys.stderr)
+        return 1
+    return 0

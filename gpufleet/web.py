@@ -1,0 +1,121 @@
+"""gpufleet's HTTP service (``gpufleet serve``): a small router on the standard library's ThreadingHTTPServer.
+
+Parts of the service mount their routes on one :class:`Router` (the forecast feed: ``feed.mount``), so
+other pages join the same service the same way. Handlers take a :class:`Request` and return a
+:class:`Response`; an exception in a handler is logged and answered with 500, never kills the server.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger("gpufleet.web")
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+def json_response(value, status: int = 200) -> Response:
+    return Response(status, json.dumps(value, separators=(",", ":")).encode())
+
+
+def error(status: int, message: str) -> Response:
+    return json_response({"error": message}, status)
+
+
+Handler = Callable[[Request], Response]
+
+
+class Router:
+    """Routes by method and exact path."""
+
+    def __init__(self):
+        self.routes: dict[tuple[str, str], Handler] = {}
+        self.descriptions: dict[str, str] = {}
+
+    def add(self, method: str, path: str, handler: Handler, description: str = "") -> None:
+        if (method, path) in self.routes:
+            raise ValueError(f"{method} {path} is already routed")
+        self.routes[(method, path)] = handler
+        if description:
+            self.descriptions[path] = description
+
+    def handle(self, request: Request) -> Response:
+        handler = self.routes.get((request.method, request.path))
+        if handler is None:
+            if any(p == request.path for _, p in self.routes):
+                return error(405, f"{request.method} is not allowed on {request.path}")
+            return error(404, f"no such path {request.path}; try " + ", ".join(sorted(self.descriptions)))
+        try:
+            return handler(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return error(500, "internal error, see the server's log")
+
+
+def make_server(router: Router, host: str, port: int) -> ThreadingHTTPServer:
+    """A server bound to ``host:port`` (port 0: any free one; ``server.server_address`` tells which)."""
+
+    class RequestHandler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self, method: str, head: bool = False) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            response = router.handle(Request(method, parts.path, query, dict(self.headers.items())))
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(response.body)
+
+        def do_GET(self):        # noqa: N802 (the standard library's names)
+            self._serve("GET")
+
+        def do_HEAD(self):       # noqa: N802
+            self._serve("GET", head=True)
+
+        def log_message(self, format, *args):   # noqa: A002 (the standard library's signature)
+            log.debug("%s - %s", self.address_string(), format % args)
+
+    server = ThreadingHTTPServer((host, port), RequestHandler)
+    server.daemon_threads = True
+    return server
+
+
+def serve(router: Router, host: str, port: int, stop: threading.Event | None = None,
+          ready: Callable[[str, int], None] | None = None) -> None:
+    """Serve until ``stop`` is set (or forever)."""
+    server = make_server(router, host, port)
+    bound_host, bound_port = server.server_address[:2]
+    if ready is not None:
+        ready(str(bound_host), int(bound_port))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            if stop is None:
+                thread.join(0.5)
+            elif stop.wait(0.5):
+                break
+    finally:
+        server.shutdown()
+        server.server_close()

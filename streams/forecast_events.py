@@ -1,0 +1,83 @@
+"""The forecast process's contracts: events ``gpufleet.forecast.v1`` and ``gpufleet.scale.v1`` and the tables
+that keep them (``forecasts``, ``scale_events``).
+
+Field names follow ARCHITECTURE.md. Events are plain dicts; the pydantic models define and check the
+contract (tests, consumers such as the feed).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .output import Table
+
+FORECAST_SCHEMA: Literal["gpufleet.forecast.v1"] = "gpufleet.forecast.v1"
+SCALE_SCHEMA: Literal["gpufleet.scale.v1"] = "gpufleet.scale.v1"
+
+FORECASTS = Table("forecasts", ("pool", "made_at", "ts", "step_s", "demand_gpus", "p10", "p90", "method"))
+SCALE_EVENTS = Table("scale_events", ("pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason",
+                                      "dry_run", "lead_time_s"))
+
+
+def topic_names(settings) -> dict[str, str]:
+    """The topics of the two events (key = pool): ``<prefix>.forecast`` and ``<prefix>.scale``."""
+    p = settings.kafka.topic_prefix
+    return {"forecast": f"{p}.forecast", "scale": f"{p}.scale"}
+
+
+class ForecastPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ts: float
+    demand_gpus: float = Field(ge=0)
+    p10: float = Field(ge=0)
+    p90: float = Field(ge=0)
+
+
+class ForecastEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_: Literal["gpufleet.forecast.v1"] = Field(FORECAST_SCHEMA, alias="schema")
+    pool: str
+    made_at: float
+    step_s: float = Field(gt=0)
+    points: list[ForecastPoint]
+
+
+class ScaleEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_: Literal["gpufleet.scale.v1"] = Field(SCALE_SCHEMA, alias="schema")
+    pool: str
+    at: float
+    action: Literal["scale_up", "scale_down", "hold"]
+    current_gpus: int = Field(ge=0)
+    target_gpus: int = Field(ge=0)
+    reason: str
+
+
+def _r(x: float) -> float:
+    return round(float(x), 3)
+
+
+def forecast_event(pool: str, made_at: float, step_s: float, demand: Sequence[float], p10: Sequence[float],
+                   p90: Sequence[float]) -> dict:
+    """A ``gpufleet.forecast.v1`` event: point ``k`` is the step starting at ``made_at + k * step_s``."""
+    return {"schema": FORECAST_SCHEMA, "pool": pool, "made_at": _r(made_at), "step_s": _r(step_s),
+            "points": [{"ts": _r(made_at + k * step_s), "demand_gpus": _r(m), "p10": _r(lo), "p90": _r(hi)}
+                       for k, (m, lo, hi) in enumerate(zip(demand, p10, p90))]}
+
+
+def scale_event(pool: str, at: float, action: str, current_gpus: int, target_gpus: int, reason: str) -> dict:
+    return {"schema": SCALE_SCHEMA, "pool": pool, "at": _r(at), "action": action, "current_gpus": int(current_gpus),
+            "target_gpus": int(target_gpus), "reason": reason}
+
+
+def forecast_rows(event: dict, methods: Sequence[str]) -> list[tuple]:
+    """The rows of ``forecasts`` for one event (``methods``: the candidate behind each point)."""
+    return [(event["pool"], int(event["made_at"]), int(p["ts"]), int(event["step_s"]), p["demand_gpus"], p["p10"],
+             p["p90"], m) for p, m in zip(event["points"], methods)]
+
+
+def scale_row(event: dict, rented_gpus: int, dry_run: bool, lead_time_s: float) -> tuple:
+    return (event["pool"], int(event["at"]), event["action"], event["current_gpus"], event["target_gpus"],
+            int(rented_gpus), event["reason"], int(dry_run), int(lead_time_s))

@@ -1,0 +1,78 @@
+"""Plan a fleet, render every node, merge the nodes' messages in time order, write the labels."""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .plan import FleetSpec, plan
+from .render import HEAD, render_node
+
+_TS = len(HEAD)
+
+
+def _ts(line: str) -> float:
+    return float(line[_TS:line.index(",", _TS)])
+
+
+@dataclass
+class Summary:
+    nodes: int = 0
+    gpus: int = 0
+    gpu_hours: float = 0.0
+    messages: int = 0
+    gpu_samples: int = 0
+    labels: Counter = field(default_factory=Counter)
+    intervals: Counter = field(default_factory=Counter)
+    guard_touches: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        kinds = ", ".join(f"{k} {self.labels[k]}" for k in ("straggler", "io_starvation", "memory_leak", "idle"))
+        ivs = ", ".join(f"{i} s x{n}" for i, n in sorted(self.intervals.items()))
+        return [f"{self.nodes} nodes, {self.gpus} GPUs, {self.gpu_hours:,.0f} GPU-hours; intervals {ivs}",
+                f"{self.messages:,} messages, {self.gpu_samples:,} GPU samples in {self.seconds:.1f} s",
+                f"labels: {kinds}"] + self.notes
+
+
+def generate(spec: FleetSpec, telemetry: str | os.PathLike, labels: str | os.PathLike) -> Summary:
+    """Write the fleet's telemetry (one message a line, ``ts`` nondecreasing) and its labels (one fault a
+    line, by start). The same spec always gives the same bytes."""
+    began = time.perf_counter()
+    fleet = plan(spec)
+    out = Summary(nodes=len(fleet.nodes), gpus=sum(n.gpus for n in fleet.nodes), gpu_hours=fleet.gpu_hours(),
+                  notes=list(fleet.notes))
+    found = fleet.fault_labels()
+    telemetry = Path(telemetry)
+    with tempfile.TemporaryDirectory(prefix=".evalfleet-", dir=telemetry.parent or ".") as tmp:
+        parts = []
+        for k, node in enumerate(fleet.nodes):
+            path = Path(tmp) / f"{k:05d}.jsonl"
+            with open(path, "w") as f:
+                res = render_node(node, fleet.on(node), fleet.run, f)
+            parts.append(path)
+            out.messages += res.messages
+            out.gpu_samples += res.gpu_samples
+            out.guard_touches += res.touches
+            out.intervals[node.interval] += 1
+            found += res.idle_labels
+        files = [open(p) for p in parts]
+        try:
+            with open(telemetry, "w") as f:
+                f.writelines(heapq.merge(*files, key=_ts))
+        finally:
+            for fh in files:
+                fh.close()
+    found.sort(key=lambda x: (x["start"], x["kind"], x["node"], x["gpu_uuid"] or ""))
+    with open(labels, "w") as f:
+        for lab in found:
+            f.write(json.dumps(lab) + "\n")
+    out.labels = Counter(lab["kind"] for lab in found)
+    out.seconds = time.perf_counter() - began
+    return out

@@ -1,7 +1,9 @@
 """Plan a fleet, render every node, merge the nodes' messages in time order, write the labels."""
 from __future__ import annotations
 
+import gzip
 import heapq
+import io
 import json
 import os
 import tempfile
@@ -9,11 +11,21 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from .plan import FleetSpec, plan
 from .render import HEAD, render_node
 
 _TS = len(HEAD)
+
+
+def _open_out(path: Path) -> TextIO:
+    """A ``.gz`` name is written gzip-compressed (the timestamp in the gzip header left at 0, so that a seed
+    still gives the same bytes)."""
+    if path.suffix == ".gz":
+        raw = gzip.GzipFile(path, "wb", compresslevel=4, mtime=0)
+        return io.TextIOWrapper(raw, encoding="utf-8")
+    return open(path, "w", encoding="utf-8")
 
 
 def _ts(line: str) -> float:
@@ -64,7 +76,7 @@ def generate(spec: FleetSpec, telemetry: str | os.PathLike, labels: str | os.Pat
             found += res.idle_labels
         files = [open(p) for p in parts]
         try:
-            with open(telemetry, "w") as f:
+            with _open_out(telemetry) as f:
                 f.writelines(heapq.merge(*files, key=_ts))
         finally:
             for fh in files:

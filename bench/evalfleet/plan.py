@@ -27,7 +27,7 @@ from .workloads import (
 )
 
 INTERVALS = (1, 2, 5, 10, 15, 30, 60)
-# share of nodes sampled at each interval beyond the first of each (1 s and 2 s collectors are rare)
+# how common each sampling interval is among collectors
 INTERVAL_WEIGHT = {1: 0.02, 2: 0.04, 5: 0.26, 10: 0.28, 15: 0.17, 30: 0.14, 60: 0.09}
 REGIONS = {"iad": -5.0, "fra": 1.0, "sin": 8.0}
 ROLE_SHARE = (("train", 0.42), ("batch", 0.15), ("serve", 0.26), ("dev", 0.17))
@@ -147,9 +147,11 @@ def layout(spec: FleetSpec, run: Run, rng: np.random.Generator) -> tuple[list[No
     order = rng.permutation(n)
     intervals = [0] * n
     allowed = [i for i in INTERVALS if i in spec.intervals]
-    w = np.array([INTERVAL_WEIGHT[i] for i in allowed])
+    # one node of each interval, then the common ones: 1 s and 2 s collectors write most of the bytes
+    extra = [i for i in allowed if i >= 5] or allowed
+    w = np.array([INTERVAL_WEIGHT[i] for i in extra])
     for j, k in enumerate(order):
-        intervals[k] = allowed[j] if j < len(allowed) else int(rng.choice(allowed, p=w / w.sum()))
+        intervals[k] = allowed[j] if j < len(allowed) else int(rng.choice(extra, p=w / w.sum()))
     no_host = set(rng.choice(n, size=max(1 if n >= 8 else 0, int(round(0.1 * n))), replace=False).tolist())
     no_pcie = set(rng.choice(n, size=max(1 if n >= 8 else 0, int(round(0.18 * n))), replace=False).tolist())
     no_thr = set(rng.choice(n, size=max(1 if n >= 8 else 0, int(round(0.14 * n))), replace=False).tolist())

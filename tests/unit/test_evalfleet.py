@@ -1,5 +1,6 @@
 """The held-out evaluation fleet (bench/evalfleet): deterministic, valid telemetry, and labels whose faults
 can be seen in the samples they describe."""
+import gzip
 import hashlib
 import json
 import sys
@@ -262,6 +263,9 @@ def test_command_line(tmp_path, capsys):
     out, lab = tmp_path / "t.jsonl", tmp_path / "l.jsonl"
     assert main(["--seed", "2", "--nodes", "3", "--hours", "0.5", "-o", str(out), "--labels", str(lab)]) == 0
     assert out.stat().st_size > 0 and lab.exists()
+    gz = tmp_path / "t.jsonl.gz"
+    assert main(["-q", "--seed", "2", "--nodes", "3", "--hours", "0.5", "-o", str(gz), "--labels", str(lab)]) == 0
+    assert gzip.decompress(gz.read_bytes()) == out.read_bytes()
     with pytest.raises(SystemExit) as e:
         main(["--nodes", "0", "-o", str(out), "--labels", str(lab)])
     assert e.value.code == 2

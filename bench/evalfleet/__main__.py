@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
                 description="Write a held-out evaluation fleet: gpufleet.telemetry.v1 messages and fault labels. "
                             "Never use it to train or tune a detector.")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fleets", type=int, default=1,
+                   help="independent fleets (seeds SEED, SEED+1, ...) merged into one output, default 1")
     p.add_argument("--nodes", type=int, default=16, help="servers (4 or 8 GPUs each), default 16")
     p.add_argument("--hours", type=float, default=12.0, help="length of the run, default 12")
     p.add_argument("--start", type=float, default=None,
@@ -40,13 +42,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="sampling intervals to mix, seconds (default 1,2,5,10,15,30,60)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     a = p.parse_args(argv)
+    if not 1 <= a.fleets <= 100:
+        p.error("fleets must be between 1 and 100")
+    if a.fleets > 1 and a.start is not None:
+        p.error("--start applies to one fleet; several fleets each start at their seed's own time")
     try:
-        spec = FleetSpec(seed=a.seed, nodes=a.nodes, hours=a.hours, start=a.start, stragglers=a.stragglers,
-                         io_starvations=a.io_starvations, leaks=a.leaks, intervals=a.intervals)
+        specs = [FleetSpec(seed=a.seed + k, nodes=a.nodes, hours=a.hours, start=a.start, stragglers=a.stragglers,
+                           io_starvations=a.io_starvations, leaks=a.leaks, intervals=a.intervals)
+                 for k in range(a.fleets)]
     except ValueError as e:
         p.error(str(e))
     try:
-        summary = generate(spec, a.output, a.labels)
+        summary = generate(specs, a.output, a.labels)
     except OSError as e:
         print(f"evalfleet: {e}", file=sys.stderr)
         return 1

@@ -53,34 +53,55 @@ class Summary:
                 f"labels: {kinds}"] + self.notes
 
 
-def generate(spec: FleetSpec, telemetry: str | os.PathLike, labels: str | os.PathLike) -> Summary:
-    """Write the fleet's telemetry (one message a line, ``ts`` nondecreasing) and its labels (one fault a
-    line, by start). The same spec always gives the same bytes."""
+def _merge(paths: list[Path], out: TextIO, tmp: Path) -> None:
+    """Merge files of time-ordered lines into one, a few hundred files at a time (open-file limits)."""
+    level = 0
+    while len(paths) > 256:
+        merged = []
+        for j in range(0, len(paths), 256):
+            path = tmp / f"merge-{level}-{j}.jsonl"
+            with open(path, "w") as f:
+                _merge(paths[j:j + 256], f, tmp)
+            merged.append(path)
+        paths, level = merged, level + 1
+    files = [open(p) for p in paths]
+    try:
+        out.writelines(heapq.merge(*files, key=_ts))
+    finally:
+        for fh in files:
+            fh.close()
+
+
+def generate(specs: FleetSpec | list[FleetSpec], telemetry: str | os.PathLike, labels: str | os.PathLike
+             ) -> Summary:
+    """Write one or more fleets' telemetry, merged (one message a line, ``ts`` nondecreasing), and their
+    labels (one fault a line, by start). The same specs always give the same bytes."""
     began = time.perf_counter()
-    fleet = plan(spec)
-    out = Summary(nodes=len(fleet.nodes), gpus=sum(n.gpus for n in fleet.nodes), gpu_hours=fleet.gpu_hours(),
-                  notes=list(fleet.notes))
-    found = fleet.fault_labels()
+    specs = [specs] if isinstance(specs, FleetSpec) else list(specs)
+    out = Summary()
+    found: list[dict] = []
     telemetry = Path(telemetry)
     with tempfile.TemporaryDirectory(prefix=".evalfleet-", dir=telemetry.parent or ".") as tmp:
-        parts = []
-        for k, node in enumerate(fleet.nodes):
-            path = Path(tmp) / f"{k:05d}.jsonl"
-            with open(path, "w") as f:
-                res = render_node(node, fleet.on(node), fleet.run, f)
-            parts.append(path)
-            out.messages += res.messages
-            out.gpu_samples += res.gpu_samples
-            out.guard_touches += res.touches
-            out.intervals[node.interval] += 1
-            found += res.idle_labels
-        files = [open(p) for p in parts]
-        try:
-            with _open_out(telemetry) as f:
-                f.writelines(heapq.merge(*files, key=_ts))
-        finally:
-            for fh in files:
-                fh.close()
+        parts: list[Path] = []
+        for spec in specs:
+            fleet = plan(spec)
+            out.nodes += len(fleet.nodes)
+            out.gpus += sum(n.gpus for n in fleet.nodes)
+            out.gpu_hours += fleet.gpu_hours()
+            out.notes += [f"seed {spec.seed}: {note}" for note in fleet.notes]
+            found += fleet.fault_labels()
+            for node in fleet.nodes:
+                path = Path(tmp) / f"{len(parts):06d}.jsonl"
+                with open(path, "w") as f:
+                    res = render_node(node, fleet.on(node), fleet.run, f)
+                parts.append(path)
+                out.messages += res.messages
+                out.gpu_samples += res.gpu_samples
+                out.guard_touches += res.touches
+                out.intervals[node.interval] += 1
+                found += res.idle_labels
+        with _open_out(telemetry) as f:
+            _merge(parts, f, Path(tmp))
     found.sort(key=lambda x: (x["start"], x["kind"], x["node"], x["gpu_uuid"] or ""))
     with open(labels, "w") as f:
         for lab in found:

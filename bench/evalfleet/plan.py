@@ -163,7 +163,7 @@ def layout(spec: FleetSpec, run: Run, rng: np.random.Generator) -> tuple[list[No
     for k, (role, region, shape_key, rk) in enumerate(placed):
         shape = hw.SHAPES[shape_key]
         nrng = seeded(run.seed, "node", k)
-        stem = f"{region}{1 + rk % 2}-{shape.gpu.key}-r{rk:02d}"
+        stem = f"{region}{spec.seed}-{shape.gpu.key}-r{rk:02d}"    # one site per seed: fleets can be merged
         counter[stem] = counter.get(stem, 0) + 1
         name = f"{stem}-n{counter[stem]:02d}"
         restarts = []

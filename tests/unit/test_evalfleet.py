@@ -266,6 +266,12 @@ def test_command_line(tmp_path, capsys):
     gz = tmp_path / "t.jsonl.gz"
     assert main(["-q", "--seed", "2", "--nodes", "3", "--hours", "0.5", "-o", str(gz), "--labels", str(lab)]) == 0
     assert gzip.decompress(gz.read_bytes()) == out.read_bytes()
+    # several fleets in one file pair: each its own site names, still in time order
+    assert main(["-q", "--seed", "2", "--fleets", "2", "--nodes", "3", "--hours", "0.5", "-o", str(out),
+                 "--labels", str(lab)]) == 0
+    msgs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [m["ts"] for m in msgs] == sorted(m["ts"] for m in msgs)
+    assert {m["node"][3] for m in msgs} == {"2", "3"}
     with pytest.raises(SystemExit) as e:
         main(["--nodes", "0", "-o", str(out), "--labels", str(lab)])
     assert e.value.code == 2

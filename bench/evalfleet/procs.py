@@ -14,7 +14,7 @@ MIB = 1 << 20
 @dataclass
 class Leak:
     """Memory that grows from ``onset`` at ``rate`` bytes/s, smoothly (``period`` 0) or one step of
-    ``rate * period`` bytes every ``period`` seconds."""
+    ``rate * period`` bytes right after ``onset`` and every ``period`` seconds after that."""
 
     onset: float
     rate: float
@@ -23,14 +23,14 @@ class Leak:
     def extra(self, t: np.ndarray) -> np.ndarray:
         dt = np.maximum(t - self.onset, 0.0)
         if self.period > 0:
-            return np.floor(dt / self.period) * self.rate * self.period
+            return np.ceil(dt / self.period) * self.rate * self.period
         return dt * self.rate
 
     def exhausts_at(self, headroom: float) -> float:
         """When the leak has taken ``headroom`` bytes (the allocation that fails)."""
         if self.period > 0:
             step = self.rate * self.period
-            return self.onset + self.period * (math.floor(headroom / step) + 1)
+            return self.onset + self.period * math.floor(headroom / step)
         return self.onset + headroom / self.rate
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from .generate import generate
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="sampling intervals to mix, seconds (default 1,2,5,10,15,30,60)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     a = p.parse_args(argv)
+    for flag, path in (("-o", a.output), ("--labels", a.labels)):
+        if not Path(path).resolve().parent.is_dir():
+            p.error(f"{flag}: no directory {str(Path(path).resolve().parent)!r} to write {path!r} in")
     if not 1 <= a.fleets <= 100:
         p.error("fleets must be between 1 and 100")
     if a.fleets > 1 and a.start is not None:

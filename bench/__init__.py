@@ -1,0 +1,1 @@
+"""Benchmarks and evaluation material; `bench.evalfleet` is the held-out fleet generator."""

@@ -187,7 +187,7 @@ def _run_embedded(settings: Settings, source, total, label: str, events_path=Non
     from gpufleet.streams.pipeline import Pipeline
     from gpufleet.streams.sink import Sink
 
-    pipeline = Pipeline(settings.stream, model=_model(settings))
+    pipeline = Pipeline(settings.stream, model=_model(settings), billing=settings.billing)
     sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds) if store is not None else None
     events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
     progress = Progress(label, total)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
 from gpufleet.sql import parse_dsn
+from gpufleet.streams.billing.prices import BillingConfig
 from gpufleet.streams.config import StreamConfig
 
 ENV_PREFIX = "GPUFLEET_"
@@ -110,6 +111,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     collect: CollectSettings = CollectSettings()
     worker: WorkerSettings = WorkerSettings()
+    billing: BillingConfig = BillingConfig()
 
 
 class SettingsError(ValueError):

@@ -76,7 +76,7 @@ def make_app(settings, store, model=None) -> faust.App:
         app.tables.add(table)
 
     # the stages: one pipeline, state restored from the tables on first use
-    pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model,
+    pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
                         load_node=saved(tables[NODES], NodeProcessor.from_state),
                         load_job=saved(tables[JOBS], JobProcessor.from_state))
     metrics, rebalances = WorkerMetrics(), Rebalances()

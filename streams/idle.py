@@ -108,7 +108,7 @@ class IdleTracker:
             if run is None:
                 run = runs[g.uuid] = Run(start=ts, last=ts, interval=interval, tenant=tenant, job=g.job,
                                          index=g.index, pool=msg.pool,
-                                         price=str(tariff.hourly(tenant, msg.pool, g.model, g.mig_profile, ts)))
+                                         price=tariff.hourly(tenant, msg.pool, g.model, g.mig_profile, ts))
             run.last, run.interval = ts, interval
             run.samples += 1
             if util > run.max_util:

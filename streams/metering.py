@@ -28,12 +28,12 @@ emits every record.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from fractions import Fraction
 
 from gpufleet.collectors.telemetry import Telemetry
 
 from .billing.metered import Metered
-from .billing.prices import Tariff
+from .billing.prices import Tariff, money
 from .config import StreamConfig
 from .events import BILLING_SCHEMA
 from .idle import Run
@@ -372,22 +372,22 @@ def _event(uuid: str, node: str, r: Record, tariff: Tariff) -> dict:
     metered = Metered(
         period_start=r.period_start, period_s=bc.period_s, rented_ms=r.rented, busy_ms=r.busy, idle_ms=idle_ms,
         topup_ms=r.topup,
-        busy_weighted_ms=Decimal(r.busy_util_sum) / scale + (r.busy - busy_known),
-        idle_weighted_ms=Decimal(idle_util_sum) / scale + (idle_ms - idle_known))
-    money = tariff.bill(metered, r.tenant, r.pool, r.model, share)
+        busy_weighted_ms=Fraction(r.busy_util_sum, scale) + (r.busy - busy_known),
+        idle_weighted_ms=Fraction(idle_util_sum, scale) + (idle_ms - idle_known))
+    bill = tariff.bill(metered, r.tenant, r.pool, r.model, share)
     quality = "incomplete" if r.unbilled else "estimated" if r.estimated else "measured"
     return {
         "schema": BILLING_SCHEMA, "tenant": r.tenant, "pool": r.pool, "gpu_uuid": uuid, "job": r.job or None,
         "gpu_model": r.model, "period_start": r.period_start, "period_end": r.period_start + bc.period_s,
         "rented_s": _seconds(r.rented), "busy_s": _seconds(r.busy), "idle_s": _seconds(idle_ms),
-        "price_per_gpu_hour": money["price_per_gpu_hour"], "amount": money["amount"],
-        "idle_amount": money["idle_amount"], "currency": bc.currency,
+        "price_per_gpu_hour": bill["price_per_gpu_hour"], "amount": bill["amount"],
+        "idle_amount": bill["idle_amount"], "currency": bc.currency,
         "node": node, "gpu_index": r.index, "mig_profile": r.mig_profile,
-        "gpu_share": str((Decimal(share.numerator) / share.denominator).quantize(Decimal("0.000001"))),
-        "team": tariff.team_of(r.tenant, r.job) or None, "billing_mode": money["billing_mode"],
+        "gpu_share": money(share),
+        "team": tariff.team_of(r.tenant, r.job) or None, "billing_mode": bill["billing_mode"],
         "samples": r.samples, "interval_s": _seconds(r.interval_ms), "estimated_s": _seconds(r.estimated),
         "unbilled_s": _seconds(r.unbilled), "minimum_topup_s": _seconds(r.topup), "data_quality": quality,
         "util_pct": round(r.util_sum / r.util_ms / UTIL_SCALE, 3) if r.util_ms else None,
         "busy_util_pct": round(r.busy_util_sum / r.busy_util_ms / UTIL_SCALE, 3) if r.busy_util_ms else None,
-        "amounts_by_mode": money["amounts_by_mode"],
+        "amounts_by_mode": bill["amounts_by_mode"],
     }

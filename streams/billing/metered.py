@@ -1,8 +1,12 @@
-"""What metering measured for one billing record: the quantities every billing mode prices."""
+"""What metering measured for one billing record: the quantities every billing mode prices.
+
+The modes compute with exact fractions (prices are Decimal, converted exactly), so an amount is rounded once,
+at the end, and always the same way, whatever the order of the operations.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from fractions import Fraction
 
 MS_PER_HOUR = 3_600_000
 
@@ -21,10 +25,10 @@ class Metered:
     busy_ms: int
     idle_ms: int
     topup_ms: int                # added to a rental shorter than the on-demand minimum, where it ended
-    busy_weighted_ms: Decimal
-    idle_weighted_ms: Decimal
+    busy_weighted_ms: Fraction
+    idle_weighted_ms: Fraction
 
 
-def hours(ms: int | Decimal) -> Decimal:
-    """Milliseconds as GPU-hours, exactly (a decimal fraction of an integer)."""
-    return Decimal(ms) / MS_PER_HOUR
+def hours(ms: int | Fraction) -> Fraction:
+    """Milliseconds as GPU-hours, exactly."""
+    return Fraction(ms) / MS_PER_HOUR

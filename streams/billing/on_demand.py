@@ -6,7 +6,7 @@ record of the period in which the rental ended.
 """
 from __future__ import annotations
 
-from decimal import Decimal
+from fractions import Fraction
 
 from .metered import Metered, hours
 
@@ -20,11 +20,11 @@ def check(price) -> str | None:
     return None
 
 
-def hourly(price, period_start: int) -> Decimal:
-    return price.per_gpu_hour
+def hourly(price, period_start: int) -> Fraction:
+    return Fraction(price.per_gpu_hour)
 
 
-def charge(price, m: Metered) -> tuple[Decimal, Decimal]:
-    """Amount and idle amount for one whole GPU, before rounding."""
-    rate = price.per_gpu_hour
+def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
+    """Amount and idle amount for one whole GPU, exact (rounded later, once)."""
+    rate = Fraction(price.per_gpu_hour)
     return rate * hours(m.rented_ms + m.topup_ms), rate * hours(m.idle_ms)

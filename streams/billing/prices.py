@@ -8,13 +8,14 @@ at the start of the billing period applies. A tenant is billed in its mode (``te
 the record says so. MIG instances pay their share of the physical GPU: compute slices of the profile
 (``3g.40gb``: 3) over the slices of the whole GPU (7; ``mig_slices`` names GPU models with other counts).
 
-Money is ``Decimal`` throughout; each amount is rounded once, to 6 decimals (half up), per record.
+Prices are ``Decimal`` in the settings and amounts decimal strings out, never floats; in between the modes
+compute with exact fractions, and each amount is rounded once, to 6 decimals (half up), per record.
 """
 from __future__ import annotations
 
 import datetime as dt
 import re
-from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
+from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
@@ -22,15 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .metered import Metered
 
-CENTS = Decimal("0.000001")
 HOUR_S = 3600
+SCALE = 10**6              # money has 6 decimals
 _MIG = re.compile(r"^(\d+)g\.")
-_PRECISE = Context(prec=60)
 
 
-def money(amount: Decimal) -> str:
-    """Money as a decimal string with 6 decimals (``"12.345600"``)."""
-    return str(amount.quantize(CENTS, rounding=ROUND_HALF_UP))
+def money(amount: Fraction | Decimal | int) -> str:
+    """An exact amount as a decimal string with 6 decimals (``"12.345600"``), rounded half up (away from zero)."""
+    f = Fraction(amount)
+    units, rest = divmod(abs(f.numerator) * SCALE, f.denominator)
+    if 2 * rest >= f.denominator:
+        units += 1
+    sign = "-" if f < 0 and units else ""
+    return f"{sign}{units // SCALE}.{units % SCALE:06d}"
 
 
 def _unix(value) -> float:
@@ -206,34 +211,30 @@ class Tariff:
         p = self.price("on_demand", pool, model, at)
         return 0 if p is None else p.minimum_s * 1000
 
-    def hourly(self, tenant: str, pool: str | None, model: str | None, mig_profile: str | None, at: float) -> Decimal:
-        """What one hour of this GPU (or MIG instance) costs the tenant at ``at``: the idle alerts' price."""
+    def hourly(self, tenant: str, pool: str | None, model: str | None, mig_profile: str | None, at: float) -> str:
+        """What one hour of this GPU (or MIG instance) costs the tenant at ``at``, as money: the idle alerts' price."""
         mode = self.mode_of(tenant)
         price = self.price(mode, pool, model, at)
         if price is None:
             mode, price = "on_demand", self.price("on_demand", pool, model, at)
         assert price is not None        # the table has a catch-all on-demand entry
-        share = self.share(model, mig_profile)
-        with localcontext(_PRECISE):
-            return self.modes[mode].hourly(price, int(at // HOUR_S * HOUR_S)) * share.numerator / share.denominator
+        return money(self.modes[mode].hourly(price, int(at // HOUR_S * HOUR_S)) * self.share(model, mig_profile))
 
     def bill(self, m: Metered, tenant: str, pool: str | None, model: str | None, share: Fraction) -> dict:
         """The money of one record: the tenant's mode, its hourly price, amount and idle amount, and what the
         record costs in every mode the table prices for this GPU."""
         at = float(m.period_start)
-        by_mode: dict[str, tuple[Price, Decimal, Decimal]] = {}
-        with localcontext(_PRECISE):
-            for name, mode in self.modes.items():
-                price = self.price(name, pool, model, at)
-                if price is not None:
-                    amount, idle = mode.charge(price, m)
-                    by_mode[name] = (price, amount * share.numerator / share.denominator,
-                                     idle * share.numerator / share.denominator)
-            name = self.mode_of(tenant)
-            if name not in by_mode:
-                name = "on_demand"
-            price, amount, idle = by_mode[name]
-            hourly = self.modes[name].hourly(price, m.period_start)
+        by_mode: dict[str, tuple[Price, Fraction, Fraction]] = {}
+        for name, mode in self.modes.items():
+            price = self.price(name, pool, model, at)
+            if price is not None:
+                amount, idle = mode.charge(price, m)
+                by_mode[name] = (price, amount * share, idle * share)
+        name = self.mode_of(tenant)
+        if name not in by_mode:
+            name = "on_demand"
+        price, amount, idle = by_mode[name]
+        hourly = self.modes[name].hourly(price, m.period_start)
         return {"billing_mode": name, "price_per_gpu_hour": money(hourly), "amount": money(amount),
                 "idle_amount": money(idle), "amounts_by_mode": {k: money(v[1]) for k, v in by_mode.items()}}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
-from decimal import Decimal
+from fractions import Fraction
 
 from .metered import Metered
 
@@ -26,10 +26,10 @@ def month_ms(period_start: int) -> int:
     return calendar.monthrange(day.year, day.month)[1] * 86_400_000
 
 
-def hourly(price, period_start: int) -> Decimal:
-    return price.per_gpu_month * 3_600_000 / month_ms(period_start)
+def hourly(price, period_start: int) -> Fraction:
+    return Fraction(price.per_gpu_month) * Fraction(3_600_000, month_ms(period_start))
 
 
-def charge(price, m: Metered) -> tuple[Decimal, Decimal]:
-    month = month_ms(m.period_start)
-    return price.per_gpu_month * m.rented_ms / month, price.per_gpu_month * m.idle_ms / month
+def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
+    monthly, month = Fraction(price.per_gpu_month), month_ms(m.period_start)
+    return monthly * Fraction(m.rented_ms, month), monthly * Fraction(m.idle_ms, month)

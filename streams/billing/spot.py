@@ -6,7 +6,7 @@ rented second is billed, idle ones too.
 """
 from __future__ import annotations
 
-from decimal import Decimal
+from fractions import Fraction
 
 from .metered import Metered, hours
 
@@ -23,12 +23,12 @@ def hour_range(key: str) -> range:
     return range(first, last + 1)
 
 
-def discount(price, period_start: int) -> Decimal:
+def discount(price, period_start: int) -> Fraction:
     hour = period_start % 86_400 // 3_600
     for key, off in price.hour_discounts.items():
         if hour in hour_range(key):
-            return off
-    return Decimal(0)
+            return Fraction(off)
+    return Fraction(0)
 
 
 def check(price) -> str | None:
@@ -48,10 +48,10 @@ def check(price) -> str | None:
     return None
 
 
-def hourly(price, period_start: int) -> Decimal:
-    return price.per_gpu_hour * (1 - discount(price, period_start))
+def hourly(price, period_start: int) -> Fraction:
+    return Fraction(price.per_gpu_hour) * (1 - discount(price, period_start))
 
 
-def charge(price, m: Metered) -> tuple[Decimal, Decimal]:
+def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
     rate = hourly(price, m.period_start)
     return rate * hours(m.rented_ms), rate * hours(m.idle_ms)

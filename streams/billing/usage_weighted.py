@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from decimal import Decimal
+from fractions import Fraction
 
 from .metered import Metered, hours
 
@@ -20,12 +20,12 @@ def check(price) -> str | None:
     return None
 
 
-def hourly(price, period_start: int) -> Decimal:
-    return price.per_gpu_hour
+def hourly(price, period_start: int) -> Fraction:
+    return Fraction(price.per_gpu_hour)
 
 
-def charge(price, m: Metered) -> tuple[Decimal, Decimal]:
-    rate = price.per_gpu_hour
+def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
+    rate = Fraction(price.per_gpu_hour)
     if price.weight == "busy":
-        return rate * hours(m.busy_ms), Decimal(0)
+        return rate * hours(m.busy_ms), Fraction(0)
     return rate * hours(m.busy_weighted_ms + m.idle_weighted_ms), rate * hours(m.idle_weighted_ms)

@@ -23,6 +23,11 @@ def metered(start=JAN, rented=3_600_000, busy=None, idle=0, topup=0, busy_w=None
                    Decimal(idle if idle_w is None else idle_w))
 
 
+def bill_of(t, rented, price):
+    t = Tariff(BillingConfig(prices=[Price(per_gpu_hour=Decimal(price))]))
+    return t.bill(metered(rented=rented), "a", "p", "m", Fraction(1))["amount"]
+
+
 def test_the_default_table_prices_every_gpu_at_2_an_hour_on_demand():
     t = Tariff()
     assert t.price("on_demand", "any-pool", "any-model", JAN).per_gpu_hour == Decimal("2.0")
@@ -91,7 +96,7 @@ def test_each_mode_charges_by_its_formula_in_decimal():
     later = t.bill(metered(start=JAN + 12 * 3600), "acme", "p", "m", t.share("m", None))["amounts_by_mode"]
     assert later["spot"] == "1.500000"                # no discount at noon
     feb = t.bill(metered(start=FEB), "acme", "p", "m", t.share("m", None))["amounts_by_mode"]
-    assert feb["reserved"] == money(Decimal(1488) * 3_600_000 / month_ms(FEB)) == "2.214286"   # 28 days
+    assert feb["reserved"] == money(Fraction(1488 * 3_600_000, month_ms(FEB))) == "2.214286"   # 28 days
 
 
 def test_usage_by_busy_seconds_leaves_idle_time_free():
@@ -118,6 +123,9 @@ def test_mig_shares_and_rounding_once_half_up():
     # 2 x 1 s / 3600 x 3/7 = 0.000238095...: rounded once, half up
     assert bill["amount"] == "0.000238"
     assert money(Decimal("0.0000005")) == "0.000001" and money(Decimal("2.0000004999")) == "2.000000"
+    assert money(Fraction(-1, 2_000_000)) == "-0.000001" and money(Fraction(-1, 3_000_000)) == "0.000000"
+    # 2.10 an hour for 1079.202 s is 0.6295345 exactly: half up, not a digit lost on the way
+    assert bill_of(t, rented=1_079_202, price="2.10") == "0.629535"
 
 
 def test_teams_by_tenant_or_tenant_and_job_prefix_longest_first():

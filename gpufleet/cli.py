@@ -627,7 +627,7 @@ def build_parser() -> Parser:
     s.set_defaults(fn=cmd_model)
 
     s = sub.add_parser("topics", help="create the Kafka topics gpufleet uses (idempotent)",
-                       description="Create the telemetry, dead-letter, alert and internal topics with their "
+                       description="Create the telemetry, dead-letter, alert, billing and internal topics with their "
                                    "partition counts, or check that existing ones have them.")
     s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
     s.add_argument("--partitions", type=int, help="partitions (setting kafka.partitions, 4)")

@@ -119,13 +119,6 @@ class GpuMeter:
         self.rental_ms = 0                     # billed time of the current rental so far
         self.records: dict[tuple[int, str, str], Record] = {}
 
-    def record(self, period_start: int, a: Sample) -> Record:
-        key = (period_start, a.tenant, a.job)
-        rec = self.records.get(key)
-        if rec is None:
-            rec = self.records[key] = Record(period_start, a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
-        return rec
-
     def resolve(self) -> None:
         """The open idle run ended (or reached the window): its held time becomes idle or busy."""
         for rec in self.records.values():
@@ -204,13 +197,11 @@ class Metering:
                         m.run_idle = True
                         m.resolve()
                         m.run_start, m.run_idle = rs, True
-            self._note_due(m, period)
         for m in gpus.values():                     # GPUs this message does not carry
             a = m.pending
             if a is not None and ts - a.ts > 3 * a.interval and a.ts != ts:
                 self._break(m, a, None, False, tariff, period)
                 m.pending = None
-                self._note_due(m, period)
         self.node_ts, self.collector, self.seq = ts, msg.collector_id, msg.seq
         if ts_ms >= self.due:
             self._emit(ts_ms, msg.node, tariff, out)
@@ -249,59 +240,69 @@ class Metering:
             self._unbilled(m, a, end, upto, period)
         minimum = tariff.minimum_ms(a.pool, a.model, end / 1000)
         if m.rental_ms < minimum:
-            rec = m.record((end - 1) // period * period // 1000, a)
+            rec = self._record(m, (end - 1) // period * period, a, period)
             rec.topup += minimum - m.rental_ms
         m.rental_ms = 0
 
     def _time(self, m: GpuMeter, a: Sample, lo: int, hi: int, in_run: bool, estimated: bool, period: int) -> None:
         """Attribute [lo, hi) ms of ``a``'s tenant and job: to its idle run (idle once the run reached the window,
         undecided before) or busy; cut at period boundaries."""
-        first = True
+        if lo >= hi:
+            return
         util = None if estimated else a.util
-        idle = in_run and m.run_idle
+        idle, count = in_run and m.run_idle, not estimated and lo == a.start
+        interval_ms, records, tenant, job = round(a.interval * 1000), m.records, a.tenant, a.job
         while lo < hi:
             p = lo - lo % period
-            cut = min(hi, p + period)
+            cut = hi if hi <= p + period else p + period
             ms = cut - lo
-            rec = m.record(p // 1000, a)
-            if first and not estimated and lo == a.start:
+            rec = records.get((p // 1000, tenant, job)) or self._record(m, p, a, period)
+            if count:
                 rec.samples += 1
-            first = False
+                count = False
             rec.rented += ms
-            rec.interval_ms = round(a.interval * 1000)
+            rec.interval_ms = interval_ms
             m.rental_ms += ms
             if estimated:
                 rec.estimated += ms
-            weighted = 0 if util is None else util * ms
             if util is not None:
+                weighted = util * ms
                 rec.util_sum += weighted
                 rec.util_ms += ms
-            if idle:
+                if idle:
+                    rec.idle += ms
+                elif in_run:
+                    rec.undecided += ms
+                    rec.open_util_sum += weighted
+                    rec.open_util_ms += ms
+                else:
+                    rec.busy += ms
+                    rec.busy_util_sum += weighted
+                    rec.busy_util_ms += ms
+            elif idle:
                 rec.idle += ms
             elif in_run:
                 rec.undecided += ms
-                if util is not None:
-                    rec.open_util_sum += weighted
-                    rec.open_util_ms += ms
             else:
                 rec.busy += ms
-                if util is not None:
-                    rec.busy_util_sum += weighted
-                    rec.busy_util_ms += ms
             lo = cut
 
     def _unbilled(self, m: GpuMeter, a: Sample, lo: int, hi: int, period: int) -> None:
         while lo < hi:
             p = lo - lo % period
             cut = min(hi, p + period)
-            m.record(p // 1000, a).unbilled += cut - lo
+            self._record(m, p, a, period).unbilled += cut - lo
             lo = cut
 
-    def _note_due(self, m: GpuMeter, period: int) -> None:
-        for rec in m.records.values():
-            end = rec.period_start * 1000 + period
-            if end < self.due:
-                self.due = end
+    def _record(self, m: GpuMeter, p: int, a: Sample, period: int) -> Record:
+        """The record of ``a``'s tenant and job for the period starting at ``p`` ms."""
+        key = (p // 1000, a.tenant, a.job)
+        rec = m.records.get(key)
+        if rec is None:
+            rec = m.records[key] = Record(key[0], a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
+            if p + period < self.due:
+                self.due = p + period
+        return rec
 
     # -- records out ------------------------------------------------------------
     def _emit(self, upto: float, node: str, tariff: Tariff, out: Output) -> None:

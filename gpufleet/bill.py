@@ -99,9 +99,9 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
     if compare_modes:
         names, rows = store.select(MODES.format(tenant=where), params)
         for r in (dict(zip(names, row)) for row in rows):
-            inv = invoices.get((r["tenant"], r["currency"]))
-            if inv is not None:
-                inv.setdefault("modes", []).append(
+            found = invoices.get((r["tenant"], r["currency"]))
+            if found is not None:
+                found.setdefault("modes", []).append(
                     {k: r[k] for k in ("mode", "amount", "billed_amount", "difference", "priced_hours",
                                        "rented_hours")})
         for inv in invoices.values():

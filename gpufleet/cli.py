@@ -187,7 +187,7 @@ def _run_embedded(settings: Settings, source, total, label: str, events_path=Non
     from gpufleet.streams.pipeline import Pipeline
     from gpufleet.streams.sink import Sink
 
-    pipeline = Pipeline(settings.stream, model=_model(settings))
+    pipeline = Pipeline(settings.stream, model=_model(settings), billing=settings.billing)
     sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds) if store is not None else None
     events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
     if notifier is not None:
@@ -376,6 +376,26 @@ def cmd_sql(args) -> int:
             print(table(names, rows) if names else "ok")
     finally:
         store.close()
+    return 0
+
+
+def cmd_bill(args) -> int:
+    from gpufleet import bill
+    try:
+        bill.month_start(args.month)
+    except ValueError as err:
+        raise UsageError(f"{args.prog}: argument --month: {err}") from None
+    store = _readable_store(_settings(args))
+    try:
+        invoices = bill.invoice(store, args.month, args.tenant, args.compare_modes)
+    finally:
+        store.close()
+    if args.format == "json":
+        print(bill.as_json(invoices))
+    elif args.format == "csv":
+        print(bill.as_csv(invoices, args.compare_modes), end="")
+    else:
+        print(bill.as_table(invoices, args.compare_modes))
     return 0
 
 
@@ -748,7 +768,7 @@ def build_parser() -> Parser:
     s.set_defaults(fn=cmd_model)
 
     s = sub.add_parser("topics", help="create the Kafka topics gpufleet uses (idempotent)",
-                       description="Create the telemetry, dead-letter, alert and internal topics with their "
+                       description="Create the telemetry, dead-letter, alert, billing and internal topics with their "
                                    "partition counts, or check that existing ones have them.")
     s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
     s.add_argument("--partitions", type=int, help="partitions (setting kafka.partitions, 4)")
@@ -869,6 +889,20 @@ def build_parser() -> Parser:
     s.add_argument("--port", type=int, help="port (setting serve.port, 8080; 0: any free port)")
     _store_options(s)
     s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("bill", help="a month's invoice-like summary per tenant, from the billing ledger",
+                       description="Print, per tenant, a month's billing from the ledger: a line per pool and GPU "
+                                   "model with rented, busy and idle hours, the idle time's cost, hours billed "
+                                   "across telemetry gaps and the amount; the total; waste beyond idle (rentals "
+                                   "busy below 60% utilization, over-provisioned multi-GPU jobs). Reads only.")
+    s.add_argument("--month", required=True, metavar="YYYY-MM", help="the month (UTC)")
+    s.add_argument("--tenant", help="only this tenant")
+    s.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output (default table)")
+    s.add_argument("--compare-modes", action="store_true",
+                   help="also what the month would have cost in each billing mode the price table prices "
+                        "(the cheapest complete one marked); with --format csv, only that")
+    _store_options(s)
+    s.set_defaults(fn=cmd_bill)
 
     s = sub.add_parser("sql", help="run one SQL query against the store and print the result",
                        description="Run one SQL query against the store (embedded or server) and print the "

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettin
 
 from gpufleet.models.scaling import Policy
 from gpufleet.sql import parse_dsn
+from gpufleet.streams.billing.prices import BillingConfig
 from gpufleet.streams.config import StreamConfig
 
 ENV_PREFIX = "GPUFLEET_"
@@ -212,6 +213,7 @@ class Settings(BaseSettings):
     forecast: ForecastSettings = ForecastSettings()
     scale: ScaleSettings = ScaleSettings()
     serve: ServeSettings = ServeSettings()
+    billing: BillingConfig = BillingConfig()
 
 
 class SettingsError(ValueError):

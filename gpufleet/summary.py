@@ -1,6 +1,8 @@
 """The fleet summary: a few questions an operator asks first, answered with SQL from the store."""
 from __future__ import annotations
 
+from decimal import Decimal
+
 QUERIES = {
     "Utilization by pool": """
         SELECT pool,
@@ -85,7 +87,7 @@ def _cell(v) -> str:
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    return isinstance(v, int | float | Decimal) and not isinstance(v, bool)
 
 
 def render(store) -> str:

@@ -52,12 +52,14 @@ class Recording:
 def record(messages: Iterable, labels: list[dict], model: Model | None = None, cfg=None,
            progress: Callable[[int], None] | None = None) -> Recording:
     """Run the processors over messages (dicts, JSON lines or bytes) and keep every evaluated window."""
+    from gpufleet.streams.billing.prices import BillingConfig
     from gpufleet.streams.config import StreamConfig
     from gpufleet.streams.pipeline import Pipeline
 
     rec = Recording()
     cfg = (cfg or StreamConfig()).model_copy(update={"raw_samples": False})
-    pipeline = Pipeline(cfg, model=model or Model.untrained(), recorder=rec.record)
+    pipeline = Pipeline(cfg, model=model or Model.untrained(), recorder=rec.record,
+                        billing=BillingConfig(enabled=False))      # alerts only: no billing records
     samples = 0.0
     for i, m in enumerate(messages):
         msg = pipeline.submit(m, f"train:{i}")

@@ -1,7 +1,12 @@
 """Settings of the stream processors (the ``stream`` section of gpufleet's settings)."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# settings that the price table (billing.prices, streams/billing/prices.py) replaced
+MOVED = {"prices": "billing.prices, one entry per pool or GPU model",
+         "default_price_per_gpu_hour": 'billing.prices, the entry with match = "*"',
+         "currency": "billing.currency"}
 
 
 class StreamConfig(BaseModel):
@@ -25,13 +30,12 @@ class StreamConfig(BaseModel):
                     "longer holds the job stage back")
     model: str | None = Field(None,
                               description="path of a trained model (gpufleet model train); default: the packaged one")
-    prices: dict[str, float] = Field(default_factory=dict,
-                                     description="price of one GPU-hour by pool or GPU model, for idle waste")
-    default_price_per_gpu_hour: float = Field(2.0, ge=0, le=10_000, description="price where prices has none")
-    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
 
-    def price_of(self, pool: str | None, model: str | None) -> float:
-        for key in (pool, model):
-            if key is not None and key in self.prices:
-                return self.prices[key]
-        return self.default_price_per_gpu_hour
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data):
+        if isinstance(data, dict):
+            for name in MOVED:
+                if name in data:
+                    raise ValueError(f"{name} moved to the billing section: {MOVED[name]} (README, Prices)")
+        return data

@@ -1,4 +1,5 @@
-"""Events the stream emits (``gpufleet.alert.v1``) and its dead letters (``gpufleet.deadletter.v1``).
+"""Events the stream emits (``gpufleet.alert.v1``, ``gpufleet.billing.v1``) and its dead letters
+(``gpufleet.deadletter.v1``).
 
 Field names follow ARCHITECTURE.md. Events are plain dicts on the hot path;
 the pydantic models here define and check the contract (tests, consumers).
@@ -6,12 +7,13 @@ the pydantic models here define and check the contract (tests, consumers).
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ALERT_SCHEMA: Literal["gpufleet.alert.v1"] = "gpufleet.alert.v1"
 DEADLETTER_SCHEMA: Literal["gpufleet.deadletter.v1"] = "gpufleet.deadletter.v1"
+BILLING_SCHEMA: Literal["gpufleet.billing.v1"] = "gpufleet.billing.v1"
 MAX_DEAD_PAYLOAD = 64 * 1024
 
 AlertKind = Literal["straggler", "io_starvation", "memory_leak", "idle"]
@@ -37,6 +39,46 @@ class Alert(BaseModel):
     score: float
     summary: str
     evidence: dict
+
+
+Money = Annotated[str, Field(pattern=r"^-?\d+\.\d{6}$")]     # a decimal string with 6 decimals, never a float
+
+
+class Billing(BaseModel):
+    """One billing record: a GPU's time in one billing period for one tenant and job (ARCHITECTURE.md), with
+    the optional fields metering adds (data quality, utilization, what every billing mode would charge)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_: Literal["gpufleet.billing.v1"] = Field(BILLING_SCHEMA, alias="schema")
+    tenant: str
+    pool: str | None
+    gpu_uuid: str
+    job: str | None
+    gpu_model: str | None
+    period_start: int
+    period_end: int
+    rented_s: float
+    busy_s: float
+    idle_s: float
+    price_per_gpu_hour: Money
+    amount: Money
+    idle_amount: Money
+    currency: str
+    node: str | None = None
+    gpu_index: int | None = None
+    mig_profile: str | None = None
+    gpu_share: str | None = None
+    team: str | None = None
+    billing_mode: str | None = None
+    samples: int | None = None
+    interval_s: float | None = None
+    estimated_s: float | None = None
+    unbilled_s: float | None = None
+    minimum_topup_s: float | None = None
+    data_quality: Literal["measured", "estimated", "incomplete"] | None = None
+    util_pct: float | None = None
+    busy_util_pct: float | None = None
+    amounts_by_mode: dict[str, Money] | None = None
 
 
 class DeadLetter(BaseModel):

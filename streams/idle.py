@@ -15,6 +15,7 @@ from decimal import Decimal
 
 from gpufleet.collectors.telemetry import Telemetry
 
+from .billing.prices import Tariff, default_tariff
 from .config import StreamConfig
 from .events import alert
 from .output import Output, Table
@@ -35,7 +36,7 @@ class Run:
     job: str | None
     index: int
     pool: str | None
-    price: float                  # price of one GPU-hour, for the cost
+    price: str                    # what one hour of this GPU costs its tenant (billing.prices), a decimal string
     samples: int = 0
     max_util: float = 0.0
     detected: float | None = None  # ts of the sample that completed the window
@@ -56,13 +57,13 @@ class Run:
         return self.last + self.interval - self.start
 
 
-def _money(amount: float | Decimal) -> str:
+def _money(amount: str | Decimal) -> str:
     """Money as a decimal string with 6 decimals, never a float."""
-    return str(Decimal(str(amount)).quantize(Decimal("0.000001")))
+    return str(Decimal(amount).quantize(Decimal("0.000001")))
 
 
 def _cost(run: Run) -> str:
-    return _money(Decimal(str(run.price)) * Decimal(str(round(run.duration, 3))) / Decimal(3600))
+    return _money(Decimal(run.price) * Decimal(str(round(run.duration, 3))) / Decimal(3600))
 
 
 def _label(node: str, run: Run) -> str:
@@ -78,7 +79,10 @@ class IdleTracker:
     def __init__(self):
         self.runs: dict[str, Run] = {}
 
-    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output) -> None:
+    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output, tariff: Tariff | None = None) -> None:
+        """One message; ``tariff`` prices the idle time (default: the default price table)."""
+        tariff = tariff or default_tariff()
+        currency = tariff.config.currency
         ts, runs, threshold = msg.ts, self.runs, cfg.idle_threshold_pct
         interval = msg.interval_s or cfg.default_interval_s
         for g in msg.gpus:
@@ -103,7 +107,8 @@ class IdleTracker:
             assert tenant is not None and util is not None      # idle implies both
             if run is None:
                 run = runs[g.uuid] = Run(start=ts, last=ts, interval=interval, tenant=tenant, job=g.job,
-                                         index=g.index, pool=msg.pool, price=cfg.price_of(msg.pool, g.model))
+                                         index=g.index, pool=msg.pool,
+                                         price=tariff.hourly(tenant, msg.pool, g.model, g.mig_profile, ts))
             run.last, run.interval = ts, interval
             run.samples += 1
             if util > run.max_util:
@@ -115,13 +120,13 @@ class IdleTracker:
                     job=run.job, tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=ts,
                     resolved_at=None, score=run.duration / cfg.idle_window_s,
                     summary=f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
-                            f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {cfg.currency} wasted so far",
-                    evidence=self._evidence(run, cfg)))
+                            f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so far",
+                    evidence=self._evidence(run, cfg, currency)))
 
-    def _evidence(self, run: Run, cfg: StreamConfig) -> dict:
+    def _evidence(self, run: Run, cfg: StreamConfig, currency: str) -> dict:
         return {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
                 "threshold_pct": cfg.idle_threshold_pct, "window_s": cfg.idle_window_s,
-                "cost_so_far": _cost(run), "price_per_gpu_hour": _money(run.price), "currency": cfg.currency}
+                "cost_so_far": _cost(run), "price_per_gpu_hour": _money(run.price), "currency": currency}
 
     def _end(self, node: str, uuid: str, run: Run, reason: str, util, out: Output, open_: bool = False) -> None:
         if run.detected is None:

@@ -3,39 +3,44 @@ from __future__ import annotations
 
 from gpufleet.collectors.telemetry import Telemetry
 
+from .billing.prices import Tariff, default_tariff
 from .config import StreamConfig
 from .detect import Detection, NodeDetectors
 from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
 from .jobsample import job_samples
+from .metering import Metering
 from .output import Output
 from .rollups import MinuteRollups
 from .samples import sample_rows
 from .state import StateError, check_version
 
-STATE_VERSION = 3
+STATE_VERSION = 4       # 4: metering, and rented time in the GPU rollups
 
 
 class NodeProcessor:
-    __slots__ = ("name", "gate", "rollups", "idle", "jobs", "detect", "position")
+    __slots__ = ("name", "gate", "rollups", "idle", "meter", "jobs", "detect", "position")
 
     def __init__(self, name: str):
         self.name = name
         self.gate = Gate()
         self.rollups = MinuteRollups()
         self.idle = IdleTracker()
+        self.meter = Metering()
         self.jobs: set[str] = set()          # jobs on this node in its latest sample
         self.detect = NodeDetectors()
         self.position: tuple[int, int] | None = None    # (partition, offset) of the newest input admitted
 
     def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None,
-             detection: Detection | None = None, position: tuple[int, int] | None = None) -> str:
+             detection: Detection | None = None, position: tuple[int, int] | None = None,
+             tariff: Tariff | None = None) -> str:
         """Admit one message (any order within the lateness); process what the watermark releases.
 
         ``ref`` (the input it came in) is put in ``out.done`` once the message is processed, or at
         once when it is a duplicate, late or replayed. ``position`` (partition, offset) tells a
         message delivered again after a restart, already reflected in the saved state, from one
-        truly late: the first is REPLAYED, the second is LATE.
+        truly late: the first is REPLAYED, the second is LATE. ``tariff``: the billing settings (default: the
+        default price table).
         """
         status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref)
         held = status == HELD
@@ -51,32 +56,39 @@ class NodeProcessor:
         if status != ACCEPTED and not held:
             out.done.append(ref)
         for m, refs in ready:
-            self._process(m, cfg, out, detection)
+            self._process(m, cfg, out, detection, tariff or default_tariff())
             out.done.extend(refs)
         return status
 
-    def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None) -> None:
+    def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None,
+                 tariff: Tariff) -> None:
         out.counts["gpu_samples"] += len(msg.gpus)
         if cfg.raw_samples:
             sample_rows(msg, out)
-        self.rollups.add(msg, out)
-        self.idle.add(msg, cfg, out)
+        self.rollups.add(msg, out, cfg.default_interval_s)
+        self.idle.add(msg, cfg, out, tariff)
+        if tariff.config.enabled:
+            self.meter.add(msg, self.idle.runs, cfg, tariff, out)
         if detection is not None:
             self.detect.add(msg, detection.model, out, {g.job: g.tenant for g in msg.gpus}, detection.recorder)
         self.jobs = job_samples(msg, out, self.jobs)
 
-    def flush(self, cfg: StreamConfig, out: Output, detection: Detection | None = None) -> None:
+    def flush(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
+              tariff: Tariff | None = None) -> None:
         """End of input: process what is waiting and close every open window."""
+        tariff = tariff or default_tariff()
         for m, refs in self.gate.drain():
-            self._process(m, cfg, out, detection)
+            self._process(m, cfg, out, detection, tariff)
             out.done.extend(refs)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
+        self.meter.flush(self.name, tariff, out)
 
     def to_state(self) -> dict:
         """Everything but the messages still waiting for the watermark (see eventtime.py)."""
         return {"v": STATE_VERSION, "gate": self.gate.to_state(), "rollups": self.rollups.to_state(),
-                "idle": self.idle.to_state(), "jobs": sorted(self.jobs), "detect": self.detect.to_state(),
+                "idle": self.idle.to_state(), "meter": self.meter.to_state(), "jobs": sorted(self.jobs),
+                "detect": self.detect.to_state(),
                 "position": None if self.position is None else {"partition": self.position[0],
                                                                 "offset": self.position[1]}}
 
@@ -89,6 +101,7 @@ class NodeProcessor:
             p.gate = Gate.from_state(state["gate"])
             p.rollups = MinuteRollups.from_state(state["rollups"])
             p.idle = IdleTracker.from_state(state["idle"])
+            p.meter = Metering.from_state(state["meter"])
             p.jobs = set(state["jobs"])
             p.detect = NodeDetectors.from_state(state["detect"])
             position = state["position"]

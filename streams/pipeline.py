@@ -13,6 +13,7 @@ from collections.abc import Callable
 from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, control_kind, parse
 from gpufleet.models.artifact import Model
 
+from .billing.prices import BillingConfig, Tariff
 from .config import StreamConfig
 from .detect import Detection, Recorder
 from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
@@ -26,8 +27,10 @@ class Pipeline:
                  clock: Callable[[], float] = time.time, route_jobs: bool = True,
                  load_node: Callable[[str], NodeProcessor | None] | None = None,
                  load_job: Callable[[str], JobProcessor | None] | None = None,
-                 model: Model | None = None, detect: bool = True, recorder: Recorder | None = None):
+                 model: Model | None = None, detect: bool = True, recorder: Recorder | None = None,
+                 billing: BillingConfig | None = None):
         self.cfg = cfg or StreamConfig()
+        self.tariff = Tariff(billing)                # prices, and whether to meter (billing.enabled)
         self.detection = Detection(model or Model.default(), recorder) if detect else None
         self.live = live
         self.route_jobs = route_jobs
@@ -83,7 +86,7 @@ class Pipeline:
              position: tuple[int, int] | None = None) -> Telemetry | None:
         """Process one already validated message."""
         node = self.node(msg.node)
-        status = node.push(msg, self.cfg, self.out, ref, self.detection, position)
+        status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff)
         if self.route_jobs:
             watermark = node.gate.watermark(self.cfg.lateness_s)
             if watermark is not None:
@@ -139,7 +142,7 @@ class Pipeline:
     def flush(self) -> None:
         """End of input: every open window is closed and emitted."""
         for node in self.nodes.values():
-            node.flush(self.cfg, self.out, self.detection)
+            node.flush(self.cfg, self.out, self.detection, self.tariff)
         if self.route_jobs:
             self.route(float("inf"))
             for job in self.jobs.values():

@@ -29,7 +29,8 @@ def _stat_columns(metrics) -> tuple[str, ...]:
 
 
 GPU_ROLLUP = Table("gpu_rollup_1m", ("minute", "node", "pool", "gpu_uuid", "gpu_index", "model", "tenant", "job",
-                                     "samples", *_stat_columns(GPU_METRICS), "throttled_samples", "xid_events"))
+                                     "samples", *_stat_columns(GPU_METRICS), "throttled_samples", "xid_events",
+                                     "rented_ms"))
 NODE_ROLLUP = Table("node_rollup_1m", ("minute", "node", "pool", "samples", "gpus",
                                        *_stat_columns(NODE_METRICS)))
 
@@ -84,16 +85,19 @@ class Stats:
 
 
 class GpuMinute:
-    __slots__ = ("stats", "samples", "throttled", "xids", "last")
+    __slots__ = ("stats", "samples", "throttled", "xids", "rented_ms", "last")
 
     def __init__(self):
         self.stats = Stats(len(GPU_METRICS))
         self.samples = self.throttled = self.xids = 0
+        self.rented_ms = 0               # the telemetry's rented time: the intervals of samples with a tenant
         self.last: tuple = ()            # index, model, tenant, job of the latest sample
 
-    def add(self, g) -> None:
+    def add(self, g, interval_ms: int) -> None:
         self.stats.add(_gpu_values(g))
         self.samples += 1
+        if g.tenant is not None:
+            self.rented_ms += interval_ms
         if g.throttle_reasons:
             self.throttled += 1
         if g.xid_events:
@@ -103,7 +107,8 @@ class GpuMinute:
     def to_state(self) -> dict:
         index, model, tenant, job = self.last or (None, None, None, None)
         return {"stats": self.stats.to_state(), "samples": self.samples, "throttled": self.throttled,
-                "xids": self.xids, "index": index, "model": model, "tenant": tenant, "job": job}
+                "xids": self.xids, "rented_ms": self.rented_ms, "index": index, "model": model, "tenant": tenant,
+                "job": job}
 
     @classmethod
     def from_state(cls, state: dict) -> GpuMinute:
@@ -111,6 +116,7 @@ class GpuMinute:
         try:
             acc.stats = Stats.from_state(state["stats"], len(GPU_METRICS))
             acc.samples, acc.throttled, acc.xids = state["samples"], state["throttled"], state["xids"]
+            acc.rented_ms = state["rented_ms"]
             last = (state["index"], state["model"], state["tenant"], state["job"])
         except KeyError as err:
             raise StateError(f"GPU minute: saved state lacks {err}") from None
@@ -162,19 +168,20 @@ class MinuteRollups:
         self.node = NodeMinute()
         self.gpus: dict[str, GpuMinute] = {}
 
-    def add(self, msg: Telemetry, out: Output) -> None:
+    def add(self, msg: Telemetry, out: Output, default_interval_s: float = 5.0) -> None:
+        """One message; a GPU's rented time in a minute adds the interval of each sample with a tenant."""
         minute = int(msg.ts // 60) * 60
         if minute != self.minute:
             if self.minute is not None:
                 self.close(msg.node, out)
             self.minute = minute
         self.node.add(msg)
-        gpus = self.gpus
+        gpus, interval_ms = self.gpus, round((msg.interval_s or default_interval_s) * 1000)
         for g in msg.gpus:
             acc = gpus.get(g.uuid)
             if acc is None:
                 acc = gpus[g.uuid] = GpuMinute()
-            acc.add(g)
+            acc.add(g, interval_ms)
 
     def close(self, node: str, out: Output) -> None:
         """Emit the open minute's rows and start empty."""
@@ -184,7 +191,7 @@ class MinuteRollups:
         for uuid, acc in self.gpus.items():
             index, model, tenant, job = acc.last
             out.row(GPU_ROLLUP, (minute, node, pool, uuid, index, model, tenant, job,
-                                 acc.samples, *acc.stats.columns(), acc.throttled, acc.xids))
+                                 acc.samples, *acc.stats.columns(), acc.throttled, acc.xids, acc.rented_ms))
         n = self.node
         out.row(NODE_ROLLUP, (minute, node, pool, n.samples, n.gpus, *n.stats.columns()))
         self.minute, self.node, self.gpus = None, NodeMinute(), {}

@@ -11,9 +11,11 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from decimal import Decimal
 
 from gpufleet.sql import StoreUnavailable
 
+from .events import ALERT_SCHEMA, BILLING_SCHEMA
 from .output import Table
 
 log = logging.getLogger("gpufleet.sink")
@@ -21,6 +23,11 @@ log = logging.getLogger("gpufleet.sink")
 ALERTS = Table("alerts", ("id", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant", "pool",
                           "started_at", "detected_at", "resolved_at", "score", "summary", "evidence"))
 DEAD_LETTERS = Table("dead_letters", ("received_at", "reason_code", "reason", "source", "payload"), dedup=False)
+LEDGER = Table("billing_ledger", (
+    "gpu_uuid", "tenant", "job", "period_start", "period_end", "node", "pool", "gpu_index", "gpu_model", "mig_profile",
+    "gpu_share", "team", "billing_mode", "currency", "samples", "interval_s", "rented_s", "busy_s", "idle_s",
+    "estimated_s", "unbilled_s", "minimum_topup_s", "util_pct", "busy_util_pct", "price_per_gpu_hour", "amount",
+    "idle_amount", "mode_amounts", "data_quality"))
 
 
 def _ms(t: float | None) -> int | None:
@@ -31,6 +38,22 @@ def alert_row(e: dict) -> tuple:
     return (e["id"], e["status"], e["dedup_key"], e["kind"], e["severity"], e["node"] or "", e["gpu_uuid"] or "",
             e["job"] or "", e["tenant"] or "", e["pool"] or "", _ms(e["started_at"]), _ms(e["detected_at"]),
             _ms(e["resolved_at"]), float(e["score"]), e["summary"], json.dumps(e["evidence"], sort_keys=True))
+
+
+def _seconds(s: float) -> Decimal:
+    return Decimal(str(s))       # the event's seconds have at most 3 decimals: exact in Decimal(18, 3)
+
+
+def ledger_row(e: dict) -> tuple:
+    """A ``gpufleet.billing.v1`` event as a ``billing_ledger`` row: money and seconds as Decimal, never floats."""
+    return (e["gpu_uuid"], e["tenant"], e["job"] or "", e["period_start"], e["period_end"], e.get("node") or "",
+            e["pool"] or "", e.get("gpu_index") or 0, e["gpu_model"] or "", e.get("mig_profile") or "",
+            Decimal(e.get("gpu_share") or "1"), e.get("team") or "", e.get("billing_mode") or "", e["currency"],
+            e.get("samples") or 0, e.get("interval_s") or 0.0, _seconds(e["rented_s"]), _seconds(e["busy_s"]),
+            _seconds(e["idle_s"]), _seconds(e.get("estimated_s") or 0), _seconds(e.get("unbilled_s") or 0),
+            _seconds(e.get("minimum_topup_s") or 0), e.get("util_pct"), e.get("busy_util_pct"),
+            Decimal(e["price_per_gpu_hour"]), Decimal(e["amount"]), Decimal(e["idle_amount"]),
+            {k: Decimal(v) for k, v in (e.get("amounts_by_mode") or {}).items()}, e.get("data_quality") or "")
 
 
 def dead_row(d: dict) -> tuple:
@@ -54,7 +77,8 @@ class Sink:
 
     def add(self, rows: dict[Table, list[tuple]], events: Sequence[dict] = (), dead: Sequence[dict] = ()) -> None:
         if events:
-            rows = {**rows, ALERTS: [alert_row(e) for e in events if e["schema"] == "gpufleet.alert.v1"]}
+            rows = {**rows, ALERTS: [alert_row(e) for e in events if e["schema"] == ALERT_SCHEMA],
+                    LEDGER: [ledger_row(e) for e in events if e["schema"] == BILLING_SCHEMA]}
         if dead:
             rows = {**rows, DEAD_LETTERS: [dead_row(d) for d in dead]}
         for table, new in rows.items():

@@ -86,7 +86,7 @@ class NodeStage:
         pipeline = self.pipeline
         for name in clock.nodes():
             node = pipeline.node(name)
-            node.flush(pipeline.cfg, pipeline.out, pipeline.detection)
+            node.flush(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff)
             touched[(NODES, name.encode())] = partition
         clock.ended = True
 

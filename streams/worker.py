@@ -12,6 +12,7 @@ from typing import Any
 import faust
 
 from .durable import Rebalances, Stage, Topics
+from .events import BILLING_SCHEMA
 from .faust_compat import KeyedTable, rewind_from_zero
 from .jobs import JobProcessor
 from .metrics import WorkerMetrics
@@ -27,14 +28,16 @@ log = logging.getLogger("gpufleet.worker")
 def topic_names(settings) -> dict[str, str]:
     p = settings.kafka.topic_prefix
     return {"telemetry": settings.kafka.telemetry_topic, "dlq": f"{settings.kafka.telemetry_topic}.dlq",
-            "alerts": f"{p}.alerts", "by_job": f"{settings.kafka.telemetry_topic}.by-job"}
+            "alerts": f"{p}.alerts", "billing": f"{p}.billing",
+            "by_job": f"{settings.kafka.telemetry_topic}.by-job"}
 
 
 def internal_topics(settings) -> dict[str, int]:
     """Every topic the worker needs, with its partition count (created before Faust starts)."""
     n, app_id = settings.kafka.partitions, settings.worker.app_id
     t = topic_names(settings)
-    return {t["telemetry"]: n, t["by_job"]: n, t["dlq"]: n, t["alerts"]: n, f"{app_id}-nodes-changelog": n,
+    return {t["telemetry"]: n, t["by_job"]: n, t["dlq"]: n, t["alerts"]: n, t["billing"]: n,
+            f"{app_id}-nodes-changelog": n,
             f"{app_id}-jobs-changelog": n, f"{app_id}-clocks-changelog": n, f"{app_id}-__assignor-__leader": 1}
 
 
@@ -76,11 +79,12 @@ def make_app(settings, store, model=None) -> faust.App:
         app.tables.add(table)
 
     # the stages: one pipeline, state restored from the tables on first use
-    pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model,
+    pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
                         load_node=saved(tables[NODES], NodeProcessor.from_state),
                         load_job=saved(tables[JOBS], JobProcessor.from_state))
     metrics, rebalances = WorkerMetrics(), Rebalances()
-    outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n)
+    outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n,
+                     other={BILLING_SCHEMA: names["billing"]})
     bus = FaustBus(app, topics)
     lags: dict[tuple[str, int], int] = {}
 

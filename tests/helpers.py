@@ -16,3 +16,10 @@ def message(ts: float, node: str = "n1", gpus: list[dict] | None = None, **field
          "gpus": gpus if gpus is not None else [gpu()]}
     m.update(fields)
     return m
+
+
+def event_key(e: dict) -> str:
+    """What identifies an event: an alert's id and status, a billing record's GPU, tenant, job and period."""
+    if e["schema"] == "gpufleet.billing.v1":
+        return f"billing:{e['gpu_uuid']}/{e['tenant']}/{e['job']}/{e['period_start']}"
+    return e["id"] + e["status"]

@@ -19,7 +19,8 @@ def gpufleet(*args, cwd=None):
 
 def test_reading_an_embedded_store_that_does_not_exist_creates_nothing(tmp_path):
     where = tmp_path / "nowhere"
-    for args in (["summary"], ["sql", "SHOW DATABASES"], ["db", "status"], ["serve", "--port", "0"]):
+    for args in (["summary"], ["sql", "SHOW DATABASES"], ["db", "status"], ["serve", "--port", "0"],
+                 ["bill", "--month", "2026-01"]):
         out = gpufleet(*args, "--dsn", f"chdb://{where}")
         if args[0] == "db":
             assert out.returncode == 0 and "pending" in out.stdout and "does not exist" not in out.stderr
@@ -31,7 +32,7 @@ def test_reading_an_embedded_store_that_does_not_exist_creates_nothing(tmp_path)
 
 def test_reading_a_database_that_does_not_exist_names_it_and_creates_nothing(clickhouse_url):
     missing = f"nosuch_{uuid.uuid4().hex[:8]}"
-    for args in (["summary"], ["sql", "SELECT 1"]):
+    for args in (["summary"], ["sql", "SELECT 1"], ["bill", "--month", "2026-01"]):
         out = gpufleet(*args, "--dsn", clickhouse_url, "--database", missing)
         assert out.returncode == 2 and missing in out.stderr and "Traceback" not in out.stderr, out.stderr
     server = Store.connect(clickhouse_url, "system")
@@ -45,8 +46,9 @@ def test_a_database_without_the_schema_is_not_migrated_by_a_read(clickhouse_url)
     name = f"bare_{uuid.uuid4().hex[:8]}"
     bare = Store.connect(clickhouse_url, name, create=True)
     try:
-        out = gpufleet("summary", "--dsn", clickhouse_url, "--database", name)
-        assert out.returncode == 2 and "gpufleet db migrate" in out.stderr, out.stderr
+        for args in (["summary"], ["bill", "--month", "2026-01"]):
+            out = gpufleet(*args, "--dsn", clickhouse_url, "--database", name)
+            assert out.returncode == 2 and "gpufleet db migrate" in out.stderr, out.stderr
         assert bare.query(f"SELECT count() FROM system.tables WHERE database = '{name}'") == [(0,)]
         assert gpufleet("db", "migrate", "--dsn", clickhouse_url, "--database", name).returncode == 0
         out = gpufleet("summary", "--dsn", clickhouse_url, "--database", name)

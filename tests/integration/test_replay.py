@@ -33,7 +33,7 @@ def test_replay_dead_letters_bad_lines_and_writes_events(tmp_path):
     assert invalid["reason"].startswith("gpus.0.util_pct:") and "300" in invalid["payload"]
     assert f"{tel}:11: invalid: gpus.0.util_pct" in out.stdout
     emitted = [json.loads(x) for x in events.read_text().splitlines()]
-    assert emitted and all(e["schema"] == "gpufleet.alert.v1" for e in emitted)
+    assert emitted and {e["schema"] for e in emitted} == {"gpufleet.alert.v1", "gpufleet.billing.v1"}
     assert "processed 1,443 messages" in out.stdout
 
 

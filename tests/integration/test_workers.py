@@ -5,7 +5,8 @@ once (a backlog, as after any outage) to 4 partitions read by 2 workers, then th
 (`gpufleet publish --end`). Once `gpufleet status --wait` says everything is processed, every table's
 rows and the alerts, on the topic and in the store, must equal those of `gpufleet replay` over the same
 file: after a backlog, a worker paused for 60 s, a worker killed and restarted, ClickHouse down for 30 s,
-and a broker restart.
+and a broker restart. The billing ledger is among the tables (a worker killed mid-period leaves it exactly as
+replay makes it), and the billing topic carries replay's billing records.
 """
 import json
 import os
@@ -37,6 +38,8 @@ TABLES = {
     "job_rollup_1m": "SELECT * FROM job_rollup_1m FINAL ORDER BY job, minute",
     "idle_windows": "SELECT * FROM idle_windows FINAL ORDER BY gpu_uuid, started_at",
     "alerts": "SELECT * FROM alerts FINAL ORDER BY id, status",
+    "billing_ledger": "SELECT * FROM billing_ledger FINAL ORDER BY gpu_uuid, tenant, job, period_start",
+    "billing_cost_monthly": "SELECT * FROM billing_cost_monthly ORDER BY month, tenant, pool, currency",
     "pool_usage_1m": "SELECT * FROM pool_usage_1m ORDER BY pool, minute",
     "tenant_usage_1m": "SELECT * FROM tenant_usage_1m ORDER BY tenant, pool, minute",
     "dead_letters": "SELECT reason_code, count() FROM dead_letters GROUP BY reason_code ORDER BY reason_code",
@@ -67,11 +70,13 @@ def recording(tmp_path_factory):
                             capture_output=True, text=True, timeout=300)
     assert reader.returncode == 0, reader.stderr
     rows = json.loads(reader.stdout)
-    events = [e for e in map(json.loads, (tmp / "events.jsonl").read_text().splitlines())
-              if e["schema"] == "gpufleet.alert.v1"]         # replay writes forecasts and scale events too
+    events = [json.loads(x) for x in (tmp / "events.jsonl").read_text().splitlines()]
+    alerts = [e for e in events if e["schema"] == "gpufleet.alert.v1"]
     assert any(r[4] > 1 for r in rows["job_rollup_1m"]), "the recording needs multi-node jobs"
-    assert {e["kind"] for e in events} >= {"idle", "memory_leak"}
-    return path, rows, {(e["id"], e["status"]) for e in events}
+    assert {e["kind"] for e in alerts} >= {"idle", "memory_leak"}
+    assert len(rows["billing_ledger"]) > 50, "and billing records"
+    return path, rows, {(e["id"], e["status"]) for e in alerts}, {
+        json.dumps(e, sort_keys=True) for e in events if e["schema"] == "gpufleet.billing.v1"}
 
 
 class Workers:
@@ -158,9 +163,14 @@ class Workers:
             seen.add((e["id"], e["status"]))
         return seen
 
+    def billing(self) -> set[str]:
+        """The billing records on the billing topic (at least once: a repeat is the same record)."""
+        return {json.dumps(json.loads(v), sort_keys=True) for _, v in consume(
+            self.bootstrap, f"{self.prefix}.billing", f"check-{uuid.uuid4().hex[:6]}", idle_timeout_s=5, to_end=True)}
+
 
 def assert_same_as_replay(workers: Workers, recording) -> None:
-    _, expected, expected_alerts = recording
+    _, expected, expected_alerts, expected_billing = recording
     workers.processed()
     store = Store.connect(workers.clickhouse_url, workers.database)
     try:
@@ -171,6 +181,7 @@ def assert_same_as_replay(workers: Workers, recording) -> None:
     finally:
         store.close()
     assert workers.alerts() == expected_alerts
+    assert workers.billing() == expected_billing
 
 
 def wait_until(predicate, timeout_s: float, what: str) -> None:

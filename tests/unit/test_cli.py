@@ -24,6 +24,9 @@ def run(*args, env=None):
     (["frobnicate"], "frobnicate"),
     (["summary", "--dsn", "mysql://db"], "store.dsn"),
     (["summary", "--database", "bad-name!"], "store.database"),
+    (["bill"], "--month"),
+    (["bill", "--month", "2026-13"], "--month"),
+    (["bill", "--month", "2026-01", "--format", "pdf"], "--format"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args, names, capsys):
     assert main(args) == 2
@@ -50,7 +53,7 @@ def test_bad_config_file_names_it(tmp_path):
 def test_help_explains_every_command():
     out = run("--help")
     assert out.returncode == 0
-    for command in ("demo", "simulate", "replay", "db", "summary", "forecast", "scale", "serve"):
+    for command in ("demo", "simulate", "replay", "db", "summary", "forecast", "scale", "serve", "bill"):
         assert command in out.stdout
         sub = run(command, "--help")
         assert sub.returncode == 0 and "usage: gpufleet " + command in sub.stdout

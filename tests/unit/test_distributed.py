@@ -13,11 +13,12 @@ from gpufleet.collectors.telemetry import end_of_stream
 from gpufleet.sql.memory import MemoryStore
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
+from gpufleet.streams.events import BILLING_SCHEMA
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
-from gpufleet.streams.sink import Sink, alert_row
+from gpufleet.streams.sink import Sink, alert_row, ledger_row
 from gpufleet.streams.stages import JobStage, NodeStage, saved
 
 P = 4
@@ -76,7 +77,8 @@ class Worker:
         pipeline = Pipeline(CFG, live=False, route_jobs=False, load_node=saved(self.tables["nodes"],
                                                                                 NodeProcessor.from_state),
                             load_job=saved(self.tables["jobs"], JobProcessor.from_state))
-        topics, rebalances, metrics = Topics("alerts", "dlq", "by-job", P), Rebalances(), WorkerMetrics()
+        topics = Topics("alerts", "dlq", "by-job", P, other={BILLING_SCHEMA: "billing"})
+        rebalances, metrics = Rebalances(), WorkerMetrics()
         self.node = Stage("node", NodeStage(pipeline, self.tables["clocks"], live=False,
                                             assigned=lambda: set(range(P))), Sink(self.store, 1, 0), log,
                           {"nodes": self.tables["nodes"], "clocks": self.tables["clocks"]}, topics, rebalances,
@@ -111,6 +113,7 @@ def reference(messages):
     for table, new in p.out.rows.items():
         rows.setdefault(table.name, []).extend(new)
     events += p.out.events
+    rows["billing_ledger"] = [ledger_row(e) for e in events if e["schema"] == BILLING_SCHEMA]   # the sink's rows
     return rows, events
 
 
@@ -155,6 +158,9 @@ def test_partitions_read_far_apart_give_replays_rows_and_events(fleet, order):
     assert sorted(rows) == sorted(ref_rows)
     for table, expected in ref_rows.items():
         assert sorted(map(repr, rows[table])) == sorted(map(repr, expected)), table
-    ref_alerts = sorted({alert_row(e) for e in ref_events})
+    ref_alerts = sorted({alert_row(e) for e in ref_events if e["schema"] != BILLING_SCHEMA})
     assert sorted(set(alerts)) == ref_alerts and ref_alerts
+    billing = [json.loads(v) for p in range(P) for v in log.partition("billing", p)]
+    assert rows["billing_ledger"] and sorted(map(repr, billing)) == sorted(
+        repr(e) for e in ref_events if e["schema"] == BILLING_SCHEMA)       # the billing topic: replay's records
     assert worker.store.count("dead_letters") == 0

@@ -20,7 +20,7 @@ import pytest
 
 from gpufleet.collectors.simulator import DEFAULT_START, FleetSpec, Simulation
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.events import Alert
+from gpufleet.streams.events import Alert, Billing
 from gpufleet.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,8 @@ def run(messages: list[dict]) -> dict:
         for table, new in pipeline.out.rows.items():
             rows.setdefault(table.name, []).extend(repr(tuple(r)) for r in new)
         for e in pipeline.out.events:
-            Alert.model_validate(e)                 # every event keeps the gpufleet.alert.v1 contract
+            # every event keeps its contract: gpufleet.alert.v1 or gpufleet.billing.v1
+            (Billing if e["schema"] == "gpufleet.billing.v1" else Alert).model_validate(e)
             events.append(json.dumps(e, separators=(",", ":")))
         pipeline.out.rows, pipeline.out.events = {}, []
 
@@ -68,6 +69,7 @@ def run(messages: list[dict]) -> dict:
     drain()
     c = pipeline.out.counts
     return {"events": digest(events), "events_sorted": digest(sorted(events)), "event_count": len(events),
+            "billing_records": c["billing_records"],
             "tables": {t: {"rows": len(r), "sha256": digest(sorted(r))} for t, r in sorted(rows.items())},
             "gpu_samples": c["gpu_samples"], "dead": sum(v for k, v in c.items() if k.startswith("dead_"))}
 
@@ -84,6 +86,7 @@ def test_in_order_replay_matches_the_recorded_reference(messages):
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     expected = json.loads(GOLDEN.read_text())
     assert got["event_count"] > 0 and got["tables"], "the fleet must produce events and rows"
+    assert got["billing_records"] > 0, "and billing records"
     assert got == expected
 
 

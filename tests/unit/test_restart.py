@@ -4,6 +4,7 @@ import json
 import random
 
 import pytest
+from helpers import event_key
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.streams.config import StreamConfig
@@ -29,7 +30,7 @@ def reference(msgs):
     for i, m in enumerate(msgs):
         p.submit(m, str(i))
     p.flush()
-    return keyed(p.out.rows), {e["id"] + e["status"]: e for e in p.out.events}
+    return keyed(p.out.rows), {event_key(e): e for e in p.out.events}
 
 
 def crash_and_resume(msgs, crash_points, cfg=CFG, commit_every=1, positions=False):
@@ -54,7 +55,7 @@ def crash_and_resume(msgs, crash_points, cfg=CFG, commit_every=1, positions=Fals
                 p.flush()
             # durable first: rows and events to the store, then state, then acknowledgements
             rows.update({k: v for k, v in keyed(p.out.rows).items() if k not in rows})
-            events.update({e["id"] + e["status"]: e for e in p.out.events})
+            events.update({event_key(e): e for e in p.out.events})
             dead.extend(p.out.dead)
             p.out.rows, p.out.events, p.out.dead = {}, [], []
             if end >= crash_at and end != len(msgs):
@@ -88,6 +89,7 @@ def test_crashes_lose_nothing_and_count_nothing_twice(seed):
     assert rows == ref_rows
     assert events == ref_events
     assert any(k[0] == "job_rollup_1m" for k in rows) and any(k[0] == "gpu_rollup_1m" for k in rows)
+    assert any(k.startswith("billing:") for k in events)          # the ledger too
 
 
 def test_a_replay_older_than_the_dedup_horizon_is_recognised_by_its_offset_not_dead_lettered():

@@ -23,6 +23,17 @@ def test_gpu_minute_mean_min_max_and_nulls():
     assert (row["power_w_mean"], row["power_w_min"], row["power_w_max"]) == (200.0, 100.0, 300.0)
     assert row["temp_c_mean"] is None and row["throttled_samples"] == 1 and row["xid_events"] == 1
     assert row["tenant"] == "acme" and row["pool"] == "p1"
+    assert row["rented_ms"] == 3 * 5000                  # three rented samples of 5 s
+
+
+def test_rented_time_counts_samples_with_a_tenant_by_their_interval():
+    r, out = MinuteRollups(), Output()
+    r.add(parse(message(60, gpus=[gpu(0, tenant=None)], interval_s=10.0)), out)
+    r.add(parse(message(70, gpus=[gpu(0)], interval_s=10.0)), out)
+    r.add(parse(message(80, gpus=[gpu(0)], interval_s=None)), out, default_interval_s=2.5)
+    r.close("n1", out)
+    (row,) = [as_dict(GPU_ROLLUP, x) for x in out.rows[GPU_ROLLUP]]
+    assert row["samples"] == 3 and row["rented_ms"] == 10_000 + 2_500
 
 
 def test_node_minute_aggregates_gpus_per_tick():

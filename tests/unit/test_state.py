@@ -9,6 +9,7 @@ from gpufleet.streams.detect import Incident, Incidents, JobDetector, MemoryTrac
 from gpufleet.streams.eventtime import Gate
 from gpufleet.streams.idle import IdleTracker, Run
 from gpufleet.streams.jobs import GpuSums, JobMinute, JobProcessor
+from gpufleet.streams.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
 from gpufleet.streams.rollups import GpuMinute, MinuteRollups, NodeMinute
@@ -50,6 +51,9 @@ def parts(running):
                   (IdleTracker, node.idle), (NodeDetectors, node.detect), (Incidents, node.detect.incidents)]
         found += [(GpuMinute, g) for g in node.rollups.gpus.values()]
         found += [(Run, r) for r in node.idle.runs.values()]
+        found += [(Metering, node.meter)] + [(GpuMeter, m) for m in node.meter.gpus.values()]
+        found += [(Sample, m.pending) for m in node.meter.gpus.values() if m.pending is not None]
+        found += [(Record, r) for m in node.meter.gpus.values() for r in m.records.values()]
         found += [(MemoryTrack, m) for m in node.detect.mem.values()]
         found += [(Incident, i) for i in node.detect.incidents.by_key.values()]
     for job in running.jobs.values():
@@ -60,7 +64,8 @@ def parts(running):
 
 
 @pytest.mark.parametrize("cls", [Gate, MinuteRollups, NodeMinute, GpuMinute, IdleTracker, Run, NodeDetectors,
-                                 Incidents, Incident, MemoryTrack, JobMinute, GpuSums, JobDetector])
+                                 Incidents, Incident, MemoryTrack, JobMinute, GpuSums, JobDetector,
+                                 Metering, GpuMeter, Sample, Record])
 def test_each_state_class_round_trips_by_name(running, cls):
     values = [v for c, v in parts(running) if c is cls]
     assert values, f"the running fleet holds no {cls.__name__} to check"
@@ -97,8 +102,8 @@ def test_a_restored_processor_goes_on_exactly_as_the_one_it_was_saved_from(runni
 def test_a_state_of_another_version_is_refused_with_what_to_do(running):
     name, node = next(iter(running.nodes.items()))
     saved = roundtrip(node.to_state())
-    with pytest.raises(StateError, match=r"node .*version 2, this gpufleet reads version 3.*worker.app_id"):
-        NodeProcessor.from_state(name, {**saved, "v": 2})
+    with pytest.raises(StateError, match=r"node .*version 3, this gpufleet reads version 4.*worker.app_id"):
+        NodeProcessor.from_state(name, {**saved, "v": 3})
     job, proc = next(iter(running.jobs.items()))
     old = [{}, None, None, [{}, 0, []], None, None, []]          # the positional layout before version 1
     with pytest.raises(StateError, match=rf"job {job}: saved state has version None"):

@@ -1,0 +1,34 @@
+"""What metering measured for one billing record: the quantities every billing mode prices.
+
+The modes compute with exact fractions (prices are Decimal, converted exactly), so an amount is rounded once,
+at the end, and always the same way, whatever the order of the operations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+MS_PER_HOUR = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Metered:
+    """One GPU's time in one period for one tenant and job, in milliseconds (integers: sums are exact).
+
+    ``busy_weighted_ms`` and ``idle_weighted_ms`` weigh each millisecond by the GPU's utilization (a second at
+    40 % counts 0.4 s); time without a utilization reading counts in full.
+    """
+
+    period_start: int            # Unix seconds
+    period_s: int
+    rented_ms: int
+    busy_ms: int
+    idle_ms: int
+    topup_ms: int                # added to a rental shorter than the on-demand minimum, where it ended
+    busy_weighted_ms: Fraction
+    idle_weighted_ms: Fraction
+
+
+def hours(ms: int | Fraction) -> Fraction:
+    """Milliseconds as GPU-hours, exactly."""
+    return Fraction(ms) / MS_PER_HOUR

@@ -1,0 +1,394 @@
+"""Metering: every rented GPU-second of one node into billing records (``gpufleet.billing.v1``).
+
+Each GPU's samples arrive here in ts order (eventtime.py), right after the idle tracker has seen them. A
+sample covers its interval (``interval_s``). When the next sample of the same GPU has the same tenant and
+comes within three intervals (the idle rule's continuous telemetry), the sample's time runs up to it instead,
+and the part beyond its own interval counts as estimated when at least one sample is missing (more than 1.5
+intervals). Time is cut at billing-period boundaries and kept per (period, tenant, job): rented, busy and
+idle milliseconds (integers: busy + idle = rented exactly), estimated and unbilled milliseconds, samples,
+and utilization sums.
+
+Idle is the idle rule's (idle.py), read from the tracker's open runs: the time of a run's samples is held
+as undecided until the run reaches the idle window (then idle) or ends short of it (then busy). A run's
+last sample is idle up to its own end (``ts + interval``), so the idle seconds of a GPU equal its idle
+windows' seconds, millisecond for millisecond.
+
+A gap longer than three intervals within one tenant's rental is billed as estimated busy time, or recorded
+as unbilled, by ``billing.gap_policy``: ``bill``; ``evidence`` (the default: billed when the node's
+collector, the same process before and after the gap, reports the loss itself, by a ``seq`` jump or a
+``dropped`` count, so the node was up and the tenant held the GPU; a restarted collector or a GPU missing
+from messages that did arrive is not billed); ``skip``. Gaps longer than ``billing.max_gap_s`` are never
+billed.
+
+A period's record of a GPU is emitted once this node's processed samples have passed the period's end and
+nothing in it is undecided any more: no sample whose time may still run into it, and no idle run that
+overlaps it and has not yet reached the window or ended (at most the idle window later). The end of input
+emits every record.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gpufleet.collectors.telemetry import Telemetry
+
+from .billing.metered import Metered
+from .billing.prices import Tariff, money
+from .config import StreamConfig
+from .events import BILLING_SCHEMA
+from .idle import Run
+from .output import Output
+from .state import StateError, load_fields, save_fields
+
+INF = float("inf")
+UTIL_SCALE = 1000          # utilization kept in thousandths of a percent: sums of util x ms stay integers
+
+
+def _ms(t: float) -> int:
+    return round(t * 1000)
+
+
+@dataclass(slots=True)
+class Sample:
+    """A GPU's latest rented sample, whose time is not attributed yet (it depends on the next sample)."""
+
+    ts: float
+    interval: float
+    start: int                 # ms where its time begins: its ts, or later where the previous sample's reached
+    tenant: str
+    job: str
+    util: int | None           # thousandths of a percent
+    pool: str | None
+    model: str | None
+    index: int
+    mig_profile: str | None
+
+    @property
+    def end(self) -> int:
+        """ms where its own interval ends (as the idle tracker computes a run's end)."""
+        return _ms(self.ts + self.interval)
+
+
+@dataclass(slots=True)
+class Record:
+    """One GPU's time in one billing period for one tenant and job, in milliseconds."""
+
+    period_start: int          # Unix seconds
+    tenant: str
+    job: str
+    pool: str | None
+    model: str | None
+    index: int
+    mig_profile: str | None
+    interval_ms: int = 0
+    samples: int = 0
+    rented: int = 0
+    busy: int = 0
+    idle: int = 0
+    undecided: int = 0         # in an idle run that has not reached the window yet
+    estimated: int = 0
+    unbilled: int = 0
+    topup: int = 0
+    util_sum: int = 0          # sum of util x ms over the time with a reading (thousandths of a percent x ms)
+    util_ms: int = 0
+    busy_util_sum: int = 0
+    busy_util_ms: int = 0
+    open_util_sum: int = 0     # of the undecided time
+    open_util_ms: int = 0
+
+    def settle(self, idle: bool) -> None:
+        """The idle run this record's undecided time belongs to is decided."""
+        if idle:
+            self.idle += self.undecided
+        else:
+            self.busy += self.undecided
+            self.busy_util_sum += self.open_util_sum
+            self.busy_util_ms += self.open_util_ms
+        self.undecided = self.open_util_sum = self.open_util_ms = 0
+
+
+class GpuMeter:
+    """One GPU's metering state."""
+
+    __slots__ = ("pending", "run_start", "run_idle", "rental_ms", "records")
+
+    def __init__(self) -> None:
+        self.pending: Sample | None = None
+        self.run_start: int | None = None      # ms of the first sample of the idle run its pending sample is in
+        self.run_idle = False                  # that run has reached the idle window
+        self.rental_ms = 0                     # billed time of the current rental so far
+        self.records: dict[tuple[int, str, str], Record] = {}
+
+    def resolve(self) -> None:
+        """The open idle run ended (or reached the window): its held time becomes idle or busy."""
+        for rec in self.records.values():
+            if rec.undecided:
+                rec.settle(self.run_idle)
+        self.run_start, self.run_idle = None, False
+
+    def to_state(self) -> dict:
+        return {"pending": None if self.pending is None else save_fields(self.pending), "run_start": self.run_start,
+                "run_idle": self.run_idle, "rental_ms": self.rental_ms,
+                "records": [save_fields(r) for r in self.records.values()]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> GpuMeter:
+        m = cls()
+        try:
+            pending = state["pending"]
+            m.pending = None if pending is None else load_fields(Sample, pending, "metered sample")
+            m.run_start, m.run_idle, m.rental_ms = state["run_start"], state["run_idle"], state["rental_ms"]
+            records = [load_fields(Record, r, "billing record") for r in state["records"]]
+        except KeyError as err:
+            raise StateError(f"GPU meter: saved state lacks {err}") from None
+        m.records = {(r.period_start, r.tenant, r.job): r for r in records}
+        return m
+
+
+class Metering:
+    """The meters of one node's GPUs, by GPU uuid, and what the node's collector said last."""
+
+    __slots__ = ("gpus", "node_ts", "collector", "seq", "due")
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, GpuMeter] = {}
+        self.node_ts: float | None = None      # ts of the latest message processed
+        self.collector: str | None = None
+        self.seq: int | None = None
+        self.due = INF                          # ms: the earliest end of a period with a record
+
+    def add(self, msg: Telemetry, runs: dict[str, Run], cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
+        """One message, after the idle tracker: ``runs`` are its open runs by GPU uuid."""
+        bc = tariff.config
+        period = bc.period_s * 1000
+        ts, node_ts, gpus = msg.ts, self.node_ts, self.gpus
+        interval = msg.interval_s or cfg.default_interval_s
+        lost = msg.collector_id is not None and msg.collector_id == self.collector and (
+            (msg.seq is not None and self.seq is not None and msg.seq > self.seq + 1) or bool(msg.dropped))
+        ts_ms = _ms(ts)
+        for g in msg.gpus:
+            tenant = g.tenant
+            m = gpus.get(g.uuid)
+            if m is None:
+                if tenant is None:
+                    continue                       # not rented and nothing pending: nothing to meter
+                m = gpus[g.uuid] = GpuMeter()
+            start, a = ts_ms, m.pending
+            run = runs.get(g.uuid)
+            if a is not None:
+                if tenant == a.tenant and ts - a.ts <= 3 * a.interval:
+                    goes_on = run is not None and m.run_start is not None and _ms(run.start) == m.run_start
+                    start = self._continue(m, a, ts, goes_on, period)
+                else:
+                    fill = tenant == a.tenant and (bc.gap_policy == "bill" or (
+                        bc.gap_policy == "evidence" and lost and node_ts == a.ts))
+                    self._break(m, a, ts if tenant == a.tenant else None, fill, tariff, period)
+            if tenant is None:
+                m.pending = None
+            else:
+                util = g.util_pct
+                m.pending = Sample(ts, interval, start, tenant, g.job or "", None if util is None else
+                                   round(util * UTIL_SCALE), msg.pool, g.model, g.index, g.mig_profile)
+                if run is not None:
+                    rs = _ms(run.start)
+                    if m.run_start != rs:
+                        m.run_start, m.run_idle = rs, False
+                    if run.detected is not None and not m.run_idle:
+                        m.run_idle = True
+                        m.resolve()
+                        m.run_start, m.run_idle = rs, True
+        for m in gpus.values():                     # GPUs this message does not carry
+            a = m.pending
+            if a is not None and ts - a.ts > 3 * a.interval and a.ts != ts:
+                self._break(m, a, None, False, tariff, period)
+                m.pending = None
+        self.node_ts, self.collector, self.seq = ts, msg.collector_id, msg.seq
+        if ts_ms >= self.due:
+            self._emit(ts_ms, msg.node, tariff, out)
+
+    # -- time into records ----------------------------------------------------
+    def _continue(self, m: GpuMeter, a: Sample, ts: float, goes_on: bool, period: int) -> int:
+        """The next sample continues ``a``'s rental within three intervals: ``a``'s time runs up to it. Returns
+        where the next sample's time begins."""
+        missing = ts - a.ts > 1.5 * a.interval
+        if m.run_start is not None and not goes_on:
+            # ``a`` ends its idle run: idle (or undecided) to its own end, busy from there to the next sample
+            end, upto = a.end, max(_ms(ts), a.end)
+            self._time(m, a, a.start, end, True, False, period)
+            self._time(m, a, end, upto, False, missing, period)
+            m.resolve()
+            return upto
+        upto = _ms(ts)
+        cut = a.end if missing else upto
+        self._time(m, a, a.start, min(cut, upto), m.run_start is not None, False, period)
+        if missing:
+            self._time(m, a, cut, upto, m.run_start is not None, True, period)
+        return upto
+
+    def _break(self, m: GpuMeter, a: Sample, gap_to: float | None, fill: bool, tariff: Tariff, period: int) -> None:
+        """``a``'s rental does not continue within three intervals: ``a`` covers its own interval. ``gap_to``:
+        the next sample of the same tenant, after a longer gap, billed if ``fill`` (and not too long)."""
+        end = a.end
+        self._time(m, a, a.start, end, m.run_start is not None, False, period)
+        if m.run_start is not None:
+            m.resolve()
+        if gap_to is not None:
+            upto = _ms(gap_to)
+            if fill and upto - end <= tariff.config.max_gap_s * 1000:
+                self._time(m, a, end, upto, False, True, period)
+                return                               # the rental goes on
+            self._unbilled(m, a, end, upto, period)
+        minimum = tariff.minimum_ms(a.pool, a.model, end / 1000)
+        if m.rental_ms < minimum:
+            rec = self._record(m, (end - 1) // period * period, a, period)
+            rec.topup += minimum - m.rental_ms
+        m.rental_ms = 0
+
+    def _time(self, m: GpuMeter, a: Sample, lo: int, hi: int, in_run: bool, estimated: bool, period: int) -> None:
+        """Attribute [lo, hi) ms of ``a``'s tenant and job: to its idle run (idle once the run reached the window,
+        undecided before) or busy; cut at period boundaries."""
+        if lo >= hi:
+            return
+        util = None if estimated else a.util
+        idle, count = in_run and m.run_idle, not estimated and lo == a.start
+        interval_ms, records, tenant, job = round(a.interval * 1000), m.records, a.tenant, a.job
+        while lo < hi:
+            p = lo - lo % period
+            cut = hi if hi <= p + period else p + period
+            ms = cut - lo
+            rec = records.get((p // 1000, tenant, job)) or self._record(m, p, a, period)
+            if count:
+                rec.samples += 1
+                count = False
+            rec.rented += ms
+            rec.interval_ms = interval_ms
+            m.rental_ms += ms
+            if estimated:
+                rec.estimated += ms
+            if util is not None:
+                weighted = util * ms
+                rec.util_sum += weighted
+                rec.util_ms += ms
+                if idle:
+                    rec.idle += ms
+                elif in_run:
+                    rec.undecided += ms
+                    rec.open_util_sum += weighted
+                    rec.open_util_ms += ms
+                else:
+                    rec.busy += ms
+                    rec.busy_util_sum += weighted
+                    rec.busy_util_ms += ms
+            elif idle:
+                rec.idle += ms
+            elif in_run:
+                rec.undecided += ms
+            else:
+                rec.busy += ms
+            lo = cut
+
+    def _unbilled(self, m: GpuMeter, a: Sample, lo: int, hi: int, period: int) -> None:
+        while lo < hi:
+            p = lo - lo % period
+            cut = min(hi, p + period)
+            self._record(m, p, a, period).unbilled += cut - lo
+            lo = cut
+
+    def _record(self, m: GpuMeter, p: int, a: Sample, period: int) -> Record:
+        """The record of ``a``'s tenant and job for the period starting at ``p`` ms."""
+        key = (p // 1000, a.tenant, a.job)
+        rec = m.records.get(key)
+        if rec is None:
+            rec = m.records[key] = Record(key[0], a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
+            if p + period < self.due:
+                self.due = p + period
+        return rec
+
+    # -- records out ------------------------------------------------------------
+    def _emit(self, upto: float, node: str, tariff: Tariff, out: Output) -> None:
+        """Emit every record whose period ended by ``upto`` (ms) and holds nothing undecided."""
+        period = tariff.config.period_s * 1000
+        due = INF
+        for uuid in list(self.gpus):
+            m = self.gpus[uuid]
+            limit = upto
+            if m.pending is not None:
+                limit = min(limit, m.pending.start)
+            if m.run_start is not None and not m.run_idle:
+                limit = min(limit, m.run_start)
+            for key in sorted(m.records):
+                end = key[0] * 1000 + period
+                if end <= limit:
+                    out.event(_event(uuid, node, m.records.pop(key), tariff))
+                    out.counts["billing_records"] += 1
+                elif end < due:
+                    due = end
+            if m.pending is None and m.run_start is None and not m.records:
+                del self.gpus[uuid]
+        self.due = due
+
+    def flush(self, node: str, tariff: Tariff, out: Output) -> None:
+        """End of input: every sample covers its own interval, open runs are decided as the idle tracker
+        leaves them (idle if they reached the window), and every record is emitted."""
+        period = tariff.config.period_s * 1000
+        for m in self.gpus.values():
+            a = m.pending
+            if a is not None:
+                self._time(m, a, a.start, a.end, m.run_start is not None, False, period)
+                m.pending = None
+            if m.run_start is not None:
+                m.resolve()
+        self._emit(INF, node, tariff, out)
+
+    # -- saved state -----------------------------------------------------------
+    def to_state(self) -> dict:
+        return {"gpus": {u: m.to_state() for u, m in self.gpus.items()}, "node_ts": self.node_ts,
+                "collector": self.collector, "seq": self.seq}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Metering:
+        if not isinstance(state, dict):
+            raise StateError("metering: saved state is not a mapping")
+        mt = cls()
+        try:
+            mt.gpus = {u: GpuMeter.from_state(m) for u, m in state["gpus"].items()}
+            mt.node_ts, mt.collector, mt.seq = state["node_ts"], state["collector"], state["seq"]
+        except KeyError as err:
+            raise StateError(f"metering: saved state lacks {err}") from None
+        mt.due = 0 if mt.gpus else INF         # looked at again with the next message
+        return mt
+
+
+def _seconds(ms: int) -> float:
+    return ms / 1000
+
+
+def _event(uuid: str, node: str, r: Record, tariff: Tariff) -> dict:
+    """A ``gpufleet.billing.v1`` event of one record (money as decimal strings, never floats)."""
+    bc = tariff.config
+    share = tariff.share(r.model, r.mig_profile)
+    busy_known, idle_ms = r.busy_util_ms, r.idle
+    idle_util_sum, idle_known = r.util_sum - r.busy_util_sum, r.util_ms - r.busy_util_ms
+    scale = 100 * UTIL_SCALE
+    metered = Metered(
+        period_start=r.period_start, period_s=bc.period_s, rented_ms=r.rented, busy_ms=r.busy, idle_ms=idle_ms,
+        topup_ms=r.topup,
+        busy_weighted_ms=Fraction(r.busy_util_sum, scale) + (r.busy - busy_known),
+        idle_weighted_ms=Fraction(idle_util_sum, scale) + (idle_ms - idle_known))
+    bill = tariff.bill(metered, r.tenant, r.pool, r.model, share)
+    quality = "incomplete" if r.unbilled else "estimated" if r.estimated else "measured"
+    return {
+        "schema": BILLING_SCHEMA, "tenant": r.tenant, "pool": r.pool, "gpu_uuid": uuid, "job": r.job or None,
+        "gpu_model": r.model, "period_start": r.period_start, "period_end": r.period_start + bc.period_s,
+        "rented_s": _seconds(r.rented), "busy_s": _seconds(r.busy), "idle_s": _seconds(idle_ms),
+        "price_per_gpu_hour": bill["price_per_gpu_hour"], "amount": bill["amount"],
+        "idle_amount": bill["idle_amount"], "currency": bc.currency,
+        "node": node, "gpu_index": r.index, "mig_profile": r.mig_profile,
+        "gpu_share": money(share),
+        "team": tariff.team_of(r.tenant, r.job) or None, "billing_mode": bill["billing_mode"],
+        "samples": r.samples, "interval_s": _seconds(r.interval_ms), "estimated_s": _seconds(r.estimated),
+        "unbilled_s": _seconds(r.unbilled), "minimum_topup_s": _seconds(r.topup), "data_quality": quality,
+        "util_pct": round(r.util_sum / r.util_ms / UTIL_SCALE, 3) if r.util_ms else None,
+        "busy_util_pct": round(r.busy_util_sum / r.busy_util_ms / UTIL_SCALE, 3) if r.busy_util_ms else None,
+        "amounts_by_mode": bill["amounts_by_mode"],
+    }

@@ -134,7 +134,8 @@ class Svg:
         self.add(f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" fill="{fill}"'
                  f'{extra}>{t}</rect>')
 
-    def legend(self, items: Sequence[tuple[str, str]], x: float, y: float, kind: str = "box") -> None:
+    def legend(self, items: Sequence[tuple[str, str]], x: float, y: float, kind: str = "box") -> float:
+        """Draw the items from ``x``; returns where the next item would go."""
         for label, fill in items:
             if kind == "line":
                 self.line(x, y - 4, x + 14, y - 4, stroke=fill, width=2.5)
@@ -142,6 +143,7 @@ class Svg:
                 self.rect(x, y - 9, 10, 10, fill)
             self.text(x + 18, y, label, fill=MUTED)
             x += 26 + 6.5 * len(label)
+        return x
 
     def render(self) -> str:
         extra = "".join(f' {k}="{esc(v)}"' for k, v in self.attrs.items())
@@ -309,7 +311,7 @@ def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float
           band: Sequence[tuple[float, float, float]] | None = None, band_label: str = "p10–p90",
           band_color: str = "#4269d0", markers: Sequence[Marker] = (), spans: Sequence[tuple[float, float, str]] = (),
           now: float | None = None, y_max: float | None = None, width: int = 1100, height: int = 230,
-          y_format=None) -> str:
+          y_format=None, now_label: str = "now") -> str:
     """Lines over time (gaps where a value is None), with an optional band, vertical markers (events), shaded
     spans (an incident) and a "now" rule between history and forecast."""
     left, right, top, bottom = 58, 16, 30, 24
@@ -366,12 +368,11 @@ def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float
         svg.marks += 1
     if now is not None and t0 < now < t1:
         svg.line(x(now), top - 4, x(now), top + ph, stroke=INK, width=1, dash="4,3")
-        svg.text(x(now) + 3, top + ph - 4, "now", size=10, fill=MUTED)
+        svg.text(x(now) + 3, top + ph - 4, now_label, size=10, fill=MUTED)
     svg.line(left, top + ph, left + pw, top + ph, stroke=MUTED)
-    items = [(s.name, s.color) for s in series if s.legend]
-    svg.legend(items, left, 14, kind="line")
+    x_next = svg.legend([(s.name, s.color) for s in series if s.legend], left, 14, kind="line")
     if band:
-        svg.legend([(band_label, band_color + "55")], left + sum(32 + 6.5 * len(n) for n, _ in items), 14)
+        svg.legend([(band_label, band_color + "55")], x_next, 14)
     return svg.render()
 
 

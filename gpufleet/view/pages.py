@@ -135,8 +135,8 @@ def report(data: FleetData, w: Window, ahead_hours: float = 24) -> str:
     if w.tenant:
         demand = sec.tenant_demand_section(data, w)
     else:
-        demand = sec.demand_section(data, w, ahead_hours * 3600)
-    parts = [sec.heatmap_section(data, w, links=False, title="Utilization by node and GPU"),
+        demand = sec.demand_section(data, w, ahead_hours * 3600, now_label="end of the period")
+    parts = [sec.heatmap_section(data, w, links=False, idle_title="Idle at the end of the period"),
              sec.alerts_section(data, w, links=False, firing_title="Still firing at the end of the period"),
              sec.usage_section(data, w), demand, sec.billing_section(data, w, month=False)]
     parts = [sec.Section(s.id, s.title, s.body) for s in parts]       # no endpoint to link to

@@ -67,7 +67,8 @@ def _query(w: Window, **extra) -> str:
 
 
 # -- utilization by node and GPU -------------------------------------------------------
-def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str | None = None) -> Section:
+def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str | None = None,
+                    idle_title: str = "Idle now") -> Section:
     h = data.heatmap(w)
     if h.get("empty"):
         return Section("heatmap", title or "Utilization by node and GPU", empty(h["empty"]),
@@ -83,7 +84,7 @@ def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str |
             f"to {iso(h['end'])}. Red: in an idle window (rented, below the idle threshold for the idle window or "
             "longer) for at least half the cell." +
             (f" Only {esc(w.tenant)}'s rentals: other times are blank." if w.tenant else "") + "</p>")
-    idle = (f'<h3>Idle now ({len(idle_rows)})</h3>' + table(
+    idle = (f'<h3>{esc(idle_title)} ({len(idle_rows)})</h3>' + table(
         ["node", "GPU", "pool", "tenant", "job", "idle since", "for", "price / GPU-hour", "cost so far", ""],
         idle_rows, numeric=(1, 6, 7, 8)) if idle_rows else
             f'<p class="note">No rented GPU is idle at {esc(iso(w.end))}.</p>')
@@ -176,19 +177,19 @@ def usage_section(data: FleetData, w: Window) -> Section:
 
 
 # -- demand, forecasts and scale decisions ----------------------------------------------
-def demand_section(data: FleetData, w: Window, ahead_s: float) -> Section:
+def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = "now") -> Section:
     d = data.demand(w, ahead_s)
     json_url = f"v1/fleet/demand?{_query(w, ahead_hours=round(ahead_s / 3600, 4))}"
     title = "Demand, forecast and scale decisions"
     if d.get("empty"):
         return Section("demand", title, empty(d["empty"]), json_url)
-    parts = [f'<p class="note">GPUs per pool every 5 minutes from {esc(iso(w.start))}; the latest forecast made by '
+    # the history drawn from where it starts (a young store holds less than the window)
+    t0 = max(w.start, min((p["demand"][0]["ts"] for p in d["pools"] if p["demand"]), default=w.start))
+    parts = [f'<p class="note">GPUs per pool every 5 minutes from {esc(iso(t0))}; the latest forecast made by '
              f"{esc(iso(w.end))} with its p10–p90 band; the scale target of each decision (▲ up, ▼ down, ● hold; "
              "hollow when a dry run).</p>"]
     if d.get("no_forecast"):
         parts.append(f'<p class="note">{esc(d["no_forecast"][0].upper() + d["no_forecast"][1:])}.</p>')
-    # the history drawn from where it starts (a young store holds less than the window)
-    t0 = max(w.start, min((p["demand"][0]["ts"] for p in d["pools"] if p["demand"]), default=w.start))
     for p in d["pools"]:
         f = p["forecast"]
         series = [Series("total GPUs", [(x["ts"], x["total_gpus"]) for x in p["demand"]], "#9498a0", width=1.4),
@@ -209,7 +210,7 @@ def demand_section(data: FleetData, w: Window, ahead_s: float) -> Section:
         made = f"forecast made {iso(f['made_at'])}" if f else "no forecast"
         parts.append(f"<h3>{esc(p['pool'])} <small>{esc(made)}</small></h3>" +
                      charts.lines(f"demand-{p['pool']}", f"Demand of {p['pool']}", series, t0, end, band=band,
-                                  markers=markers, now=w.end, height=210))
+                                  markers=markers, now=w.end, height=210, now_label=now_label))
     return Section("demand", title, "".join(parts), json_url)
 
 

@@ -6,6 +6,8 @@ the standard library) and with ``--once`` on standard output.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,14 +80,17 @@ def render(snap: Snapshot, width: int, height: int, interval_s: float = 5.0) -> 
         out.append(("  (no telemetry in the last minutes)", "dim"))
     out.append(("", ""))
     out.append(("IDLEST RENTED GPUs (last 15 min)", "head"))
-    out.append((f"{'node':14} {'GPU':>3}  {'pool':18} {'tenant':16} {'job':14} {'util':>5}  {'idle for':>8}  "
-                f"{'cost so far':>14}", "head"))
+    wide = width >= 100                  # the pool and job columns where there is room
+    head = f"{'node':12} {'GPU':>3}  " + (f"{'pool':18} " if wide else "") + f"{'tenant':14} " + \
+        (f"{'job':14} " if wide else "") + f"{'util':>5}  {'idle for':>8}  {'cost so far':>13}"
+    out.append((head, "head"))
     for g in snap.idlest:
         idle_for = f"{(snap.at - g['idle_since']) / 60:.0f} min" if g["idle_since"] else ""
         cost = f"{Decimal(g['cost_so_far']):,.2f} {snap.currency}" if g["cost_so_far"] else ""
-        out.append((f"{_cut(g['node'], 14):14} {g['gpu_index']:>3}  {_cut(g['pool'], 18):18} "
-                    f"{_cut(g['tenant'], 16):16} {_cut(g['job'] or '', 14):14} {g['util_pct']:4.0f}%  "
-                    f"{idle_for:>8}  {cost:>14}", "idle" if g["idle_since"] else ""))
+        row = f"{_cut(g['node'], 12):12} {g['gpu_index']:>3}  " + (f"{_cut(g['pool'], 18):18} " if wide else "") + \
+            f"{_cut(g['tenant'], 14):14} " + (f"{_cut(g['job'] or '', 14):14} " if wide else "") + \
+            f"{g['util_pct']:4.0f}%  {idle_for:>8}  {cost:>13}"
+        out.append((row, "idle" if g["idle_since"] else ""))
     if not snap.idlest:
         out.append(("  (no GPU rented)", "dim"))
     out.append(("", ""))
@@ -144,6 +149,12 @@ def run(read: Callable[[], Snapshot], interval_s: float, errors: tuple[type[Base
 
 def draw(screen, snap: Snapshot | None, problem: str, colors: dict, interval_s: float) -> None:
     import curses
+    try:                  # the terminal's size as the kernel has it (curses may start from a stale LINES/COLUMNS)
+        cols, rows = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        if curses.is_term_resized(rows, cols):
+            curses.resizeterm(rows, cols)
+    except (OSError, AttributeError, ValueError):
+        pass
     height, width = screen.getmaxyx()
     screen.erase()
     lines = render(snap, width - 1, height - (1 if problem else 0), interval_s) if snap else \

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,13 @@ def test_the_page_loads_nothing_from_elsewhere():
     refs = re.findall(r'(?:href|src)="([^"]*)"', html)
     assert refs and all(r.startswith(("#", "data:", "v1/")) for r in refs), refs
     assert "<script src" not in html and "@import" not in html and "url(" not in html
+
+
+def test_the_committed_grafana_dashboards_are_their_rendering():
+    """deploy/grafana/*.json are what render.py writes from its panels (edit the panels, then render)."""
+    root = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
+    out = subprocess.run([sys.executable, str(root / "render.py"), "--check"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    names = sorted(p.name for p in root.glob("*.json"))
+    assert names == ["gpufleet-fleet.json", "gpufleet-services.json"]

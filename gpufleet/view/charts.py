@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import html
 import json
 import math
@@ -36,6 +37,7 @@ def hex_rgb(rgb: tuple[int, int, int]) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
+@functools.lru_cache(maxsize=4096)       # a heat map asks for the same few hundred shades tens of thousands of times
 def viridis(share: float) -> tuple[int, int, int]:
     share = min(max(share, 0.0), 1.0)
     for (a, ca), (b, cb) in zip(VIRIDIS, VIRIDIS[1:]):

@@ -24,6 +24,9 @@ def report_command(args, settings: Settings, store) -> int:
     document = pages.report(data, window, settings.serve.forecast_ahead_hours)
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=os.path.dirname(out))
     try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)        # a file to share, as any other the user writes (mkstemp's is 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(document)
         os.replace(tmp, out)

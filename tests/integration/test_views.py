@@ -290,6 +290,10 @@ def test_the_report_opened_in_chromium(browser, fleet, clickhouse_url):
     out = gpufleet("report", "--from", START, "--to", "2026-01-05T05:00", "-o", str(report), "--dsn",
                    clickhouse_url, "--database", fleet.database)
     assert out.returncode == 0 and "wrote" in out.stdout, out.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert report.stat().st_mode & 0o777 == 0o666 & ~umask        # as any file the user writes, to be shared
+    assert not list(report.parent.glob(".report-*"))               # written whole, then renamed
     text = report.read_text()
     refs = re.findall(r'(?:href|src)="([^"]*)"', text)
     assert all(r.startswith(("#", "data:")) for r in refs), [r for r in refs if not r.startswith(("#", "data:"))]

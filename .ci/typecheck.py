@@ -22,6 +22,8 @@ def main() -> int:
     for entry in (ROOT / "gpufleet").iterdir():
         if entry.suffix == ".py":
             (package / entry.name).symlink_to(entry)
+        elif entry.is_dir() and (entry / "__init__.py").exists():      # subpackages, e.g. gpufleet/view
+            (package / entry.name).symlink_to(entry, target_is_directory=True)
     for name, folder in FOLDERS.items():
         (package / name).symlink_to(ROOT / folder, target_is_directory=True)
     env = {**os.environ, "MYPYPATH": str(tree)}

@@ -621,6 +621,33 @@ def cmd_serve(args) -> int:
         store_.close()
 
 
+def _view_settings(args) -> Settings:
+    store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
+    return load_settings(args.config, **({"store": store} if store else {}))
+
+
+def cmd_report(args) -> int:
+    from gpufleet import view_commands
+    view_commands.check_report_args(args)
+    settings = _view_settings(args)
+    store = _readable_store(settings)
+    try:
+        return view_commands.report_command(args, settings, store)
+    finally:
+        store.close()
+
+
+def cmd_top(args) -> int:
+    from gpufleet import view_commands
+    view_commands.check_top_args(args)
+    settings = _view_settings(args)
+    store = _readable_store(settings)
+    try:
+        return view_commands.top_command(args, settings, store)
+    finally:
+        store.close()
+
+
 def _series_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--series", required=True, metavar="CSV", help="demand series: a CSV file with a header line")
     p.add_argument("--time-col", metavar="C", help="column of the times: Unix seconds or ISO 8601 (default ts)")
@@ -881,14 +908,40 @@ def build_parser() -> Parser:
     m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     s.set_defaults(fn=cmd_scale)
 
-    s = sub.add_parser("serve", help="the HTTP service: the forecast feed (KEDA metrics-api value, /metrics)",
-                       description="Serve the forecast feed over HTTP from the store: GET /v1/forecast?pool=P, "
-                                   "GET /v1/scale?pool=P (the value for KEDA's metrics-api scaler, valueLocation "
-                                   "target_gpus), /v1/pools, /metrics and /health. Only reads the store.")
+    s = sub.add_parser("serve", help="the HTTP service: the fleet page, its JSON, the forecast feed, /metrics",
+                       description="Serve from the store over HTTP: the fleet page (GET /), incident pages "
+                                   "(/incident?id=), the JSON behind every chart (/v1/fleet/...), the forecast "
+                                   "feed (GET /v1/forecast?pool=P, GET /v1/scale?pool=P: the value for KEDA's "
+                                   "metrics-api scaler, valueLocation target_gpus, /v1/pools), /metrics and "
+                                   "/health. Only reads the store.")
     s.add_argument("--host", help="address to bind (setting serve.host, 127.0.0.1)")
     s.add_argument("--port", type=int, help="port (setting serve.port, 8080; 0: any free port)")
     _store_options(s)
     s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("report", help="one self-contained HTML file with the fleet page's charts for a period",
+                       description="Write the operator's view of a period as one HTML file that opens without "
+                                   "network: utilization by node and GPU, incidents, utilization and idle cost by "
+                                   "pool and tenant, demand with forecasts and scale decisions, billing. With "
+                                   "--tenant, only that tenant's GPUs, incidents and billing. Reads only.")
+    s.add_argument("--from", dest="start", required=True, type=_when, metavar="WHEN",
+                   help="start, UTC: YYYY-MM-DD[THH:MM] or Unix seconds")
+    s.add_argument("--to", dest="end", required=True, type=_when, metavar="WHEN",
+                   help="end, UTC: YYYY-MM-DD[THH:MM] or Unix seconds")
+    s.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default report.html)")
+    s.add_argument("--tenant", help="only this tenant (a report for a customer)")
+    _store_options(s)
+    s.set_defaults(fn=cmd_report)
+
+    s = sub.add_parser("top", help="the fleet live in the terminal: pools, idlest rented GPUs, alerts firing",
+                       description="A live terminal view of the fleet (like nvtop, for a fleet): pools with "
+                                   "utilization bars, the idlest rented GPUs with what they cost so far, the alerts "
+                                   "firing; redrawn in place. Keys: q quits, r reads now. Reads only.")
+    s.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between two reads of the store (default 5)")
+    s.add_argument("--once", action="store_true", help="print one snapshot to standard output and exit")
+    _store_options(s)
+    s.set_defaults(fn=cmd_top)
 
     s = sub.add_parser("bill", help="a month's invoice-like summary per tenant, from the billing ledger",
                        description="Print, per tenant, a month's billing from the ledger: a line per pool and GPU "

@@ -295,9 +295,10 @@ def run_command(args, settings, store) -> int:
 # -- serve -------------------------------------------------------------------------------------------
 def serve_command(args, settings, store) -> int:
     from gpufleet import feed, web
-
+    from gpufleet.view import routes as view
     router = web.Router()
-    feed.mount(router, store)
+    registry = feed.mount(router, store)
+    view.mount(router, store, settings.serve, settings.billing.currency, registry)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

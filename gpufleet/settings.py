@@ -198,6 +198,14 @@ class ServeSettings(BaseModel):
 
     host: str = Field("127.0.0.1", description="address gpufleet serve binds to")
     port: int = Field(8080, ge=0, le=65535, description="port of gpufleet serve (0: any free port)")
+    view_hours: float = Field(6.0, gt=0, le=24 * 31, description="hours the fleet page shows, up to the latest "
+                                                                  "telemetry (heat map, alerts resolved, usage)")
+    demand_hours: float = Field(48.0, gt=0, le=24 * 93, description="hours of demand history the fleet page shows")
+    forecast_ahead_hours: float = Field(24.0, ge=0, le=24 * 14,
+                                        description="hours of the latest forecast shown past the latest telemetry")
+    refresh_s: int = Field(60, ge=0, le=86400, description="the fleet page reloads itself this often (0: never)")
+    alert_days: float = Field(7.0, gt=0, le=366, description="incidents still firing are looked for this many days "
+                                                             "back")
 
 
 class Settings(BaseSettings):

@@ -1,0 +1,132 @@
+"""The fleet page, the incident pages and the JSON behind every chart, mounted on ``gpufleet serve``'s router.
+
+Pages: ``GET /`` (the fleet page), ``GET /incident?id=ID`` (one incident and the telemetry around it).
+JSON: ``/v1/fleet/heatmap``, ``/v1/fleet/alerts``, ``/v1/fleet/idle``, ``/v1/fleet/usage``, ``/v1/fleet/demand``,
+``/v1/fleet/billing``, ``/v1/incident?id=ID``. Every one takes ``to`` (UTC ``YYYY-MM-DD[THH:MM]`` or Unix seconds;
+default: the end of the latest telemetry stored) and ``hours`` (default: setting serve.view_hours; for demand
+serve.demand_hours), and, except the incident, ``tenant``. Only reads.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gpufleet.view import pages
+from gpufleet.view.charts import esc
+from gpufleet.view.data import FleetData, ViewError, Window, parse_hours, parse_time
+from gpufleet.web import Request, Response, Router, error, json_response
+
+HTML = "text/html; charset=utf-8"
+
+
+def html_error(status: int, message: str) -> Response:
+    body = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+            f"<title>gpufleet: {status}</title></head><body><h1>{status}</h1><p>{esc(message)}</p>"
+            '<p><a href="./">the fleet page</a></p></body></html>')
+    return Response(status, body.encode(), HTML)
+
+
+def mount(router: Router, store, serve, currency: str, registry: CollectorRegistry | None = None) -> None:
+    """Add the view's routes to ``router``, reading ``store``; ``serve`` is the serve settings section,
+    ``currency`` the billing currency; the request counts and page times go to ``registry`` (``/metrics``)."""
+    lock = threading.Lock()
+    registry = registry or CollectorRegistry()
+    requests = Counter("gpufleet_view_requests", "Requests answered by the fleet view", ["path", "code"],
+                       registry=registry)
+    seconds = Histogram("gpufleet_view_seconds", "Time to answer a fleet view request (queries and drawing)",
+                        ["path"], registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
+
+    def reader() -> FleetData:          # one per request: its reads are shared by the sections of one answer
+        return FleetData(store, currency, serve.alert_days, lock)
+
+    def window(data: FleetData, request: Request, hours_default: float) -> Window:
+        q = request.query
+        to = parse_time(q["to"], "to") if q.get("to") else None
+        hours = parse_hours(q["hours"]) if q.get("hours") else hours_default
+        tenant = q.get("tenant", "").strip() or None
+        return data.window(to, hours, tenant)
+
+    def handled(path: str, handler, page: bool = False):
+        def wrapped(request: Request) -> Response:
+            began = time.perf_counter()
+            try:
+                response = handler(request)
+            except ViewError as err:
+                response = html_error(400, str(err)) if page else error(400, str(err))
+            requests.labels(path, str(response.status)).inc()
+            seconds.labels(path).observe(time.perf_counter() - began)
+            return response
+        return wrapped
+
+    def fleet(request: Request) -> Response:
+        data = reader()
+        w = window(data, request, serve.view_hours)
+        body = pages.fleet_page(data, w, serve.demand_hours, serve.forecast_ahead_hours, serve.refresh_s,
+                                live="to" not in request.query)
+        return Response(200, body.encode(), HTML)
+
+    def incident(request: Request) -> Response:
+        id_ = request.query.get("id", "").strip()
+        if not id_:
+            return html_error(400, "query parameter id is required: an alert's id, e.g. /incident?id=04e68fe3b528")
+        found = reader().incident(id_)
+        if found is None:
+            return html_error(404, f"no incident with id {id_!r}")
+        return Response(200, pages.incident_page(found).encode(), HTML)
+
+    def incident_json(request: Request) -> Response:
+        id_ = request.query.get("id", "").strip()
+        if not id_:
+            return error(400, "query parameter id is required, e.g. /v1/incident?id=04e68fe3b528")
+        found = reader().incident(id_)
+        return json_response(found) if found else error(404, f"no incident with id {id_!r}")
+
+    def heatmap(request: Request) -> Response:
+        data = reader()
+        return json_response(data.heatmap(window(data, request, serve.view_hours)))
+
+    def alerts(request: Request) -> Response:
+        data = reader()
+        return json_response(data.alerts(window(data, request, serve.view_hours)))
+
+    def idle(request: Request) -> Response:
+        data = reader()
+        return json_response(data.idle(window(data, request, serve.view_hours)))
+
+    def usage(request: Request) -> Response:
+        data = reader()
+        return json_response(data.usage(window(data, request, serve.view_hours)))
+
+    def demand(request: Request) -> Response:
+        data = reader()
+        q = request.query
+        ahead = parse_hours(q["ahead_hours"], "ahead_hours") if q.get("ahead_hours") else serve.forecast_ahead_hours
+        pool = q.get("pool", "").strip() or None
+        return json_response(data.demand(window(data, request, serve.demand_hours), ahead * 3600, pool))
+
+    def billing(request: Request) -> Response:
+        data = reader()
+        q = request.query
+        if q.get("month"):
+            month = q["month"].strip()
+            if len(month) != 7 or month[4] != "-":
+                raise ViewError(f"month: {month!r} is not YYYY-MM")
+            start = parse_time(month + "-01", "month")
+            w = Window(start, start + 86400, q.get("tenant", "").strip() or None)
+        else:
+            w = window(data, request, serve.view_hours)
+        return json_response(data.billing(w, month=True))
+
+    for path, handler, what, page in (
+            ("/", fleet, "the fleet page (HTML)", True),
+            ("/incident", incident, "an incident and the telemetry around it (HTML), ?id=", True),
+            ("/v1/incident", incident_json, "an incident and the telemetry around it, ?id=", False),
+            ("/v1/fleet/heatmap", heatmap, "utilization by GPU and time bucket, idle windows, GPUs idle now", False),
+            ("/v1/fleet/alerts", alerts, "incidents firing, and resolved in the window", False),
+            ("/v1/fleet/idle", idle, "idle runs in the window with their cost", False),
+            ("/v1/fleet/usage", usage, "utilization and idle cost by pool and tenant", False),
+            ("/v1/fleet/demand", demand, "demand, latest forecast and scale decisions per pool", False),
+            ("/v1/fleet/billing", billing, "billing totals of a month (?month=YYYY-MM)", False)):
+        router.add("GET", path, handled(path, handler, page), what)

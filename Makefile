@@ -6,13 +6,14 @@ PY       := $(VENV)/bin/python
 SERVICES ?= .services
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint venv services-start services-stop bench eval-forecast clean help
+.PHONY: demo test lint venv services-start services-stop bench eval eval-forecast clean help
 
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
 	@echo "make test            all tests, with a local Kafka broker and ClickHouse server started and stopped"
 	@echo "make lint            ruff and mypy, zero findings expected"
 	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
+	@echo "make eval            the detectors' evaluation of QUALITY.md: simulated fleet 9001 and the held-out family"
 	@echo "make eval-forecast   the forecast evaluation of QUALITY.md (TRACES=DIR adds the trace CSVs found there)"
 	@echo "make services-start  start the local Kafka broker and ClickHouse server (env in $(SERVICES)/env)"
 	@echo "make services-stop   stop them"
@@ -63,6 +64,14 @@ bench: $(VENV)/.installed-test
 	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
 	set -a; . $(SERVICES)/env; set +a; \
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+# the held-out family (bench/evalfleet: five fleets, 6,720 GPU-hours) is generated once into EVAL_DIR
+EVAL_DIR ?= .eval
+eval: $(VENV)/.installed-test
+	@test -f $(EVAL_DIR)/heldout.labels.jsonl || $(PY) -m bench.evalfleet --seed 1 --fleets 5 \
+	  -o $(EVAL_DIR)/heldout.telemetry.jsonl.gz --labels $(EVAL_DIR)/heldout.labels.jsonl
+	$(VENV)/bin/gpufleet model eval --seeds 9001 --held-out $(EVAL_DIR) --chart $(EVAL_DIR)/eval.png \
+	  --report $(EVAL_DIR)/eval.json
 
 eval-forecast: $(VENV)/.installed-test
 	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES))

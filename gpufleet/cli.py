@@ -571,6 +571,14 @@ def cmd_model(args) -> int:
         return model_commands.train(args, Progress("record", None, "messages"))
     if args.telemetry and not args.labels:
         raise UsageError(f"{args.prog} eval: argument --labels: needed with --telemetry")
+    if args.held_out is not None:
+        import os
+        if not os.path.isdir(args.held_out):
+            raise UsageError(f"{args.prog} eval: argument --held-out: no such directory {args.held_out!r}")
+        if not model_commands.held_out_pairs(args.held_out):
+            raise UsageError(f"{args.prog} eval: argument --held-out: no NAME.telemetry.jsonl[.gz] with its "
+                             f"NAME.labels.jsonl in {args.held_out!r} "
+                             "(make them with: python -m bench.evalfleet)")
     if args.model:
         from gpufleet.models.artifact import Model, ModelError
         try:
@@ -789,6 +797,10 @@ def build_parser() -> Parser:
     m.add_argument("--telemetry", metavar="FILE", help="telemetry JSONL to evaluate on (else simulated fleets)")
     m.add_argument("--labels", metavar="FILE", help="its ground-truth labels (JSONL, as gpufleet simulate writes)")
     m.add_argument("--seeds", help="simulated fleets to evaluate on when no --telemetry (default 9001)")
+    m.add_argument("--held-out", metavar="DIR",
+                   help="also evaluate the held-out family: every NAME.telemetry.jsonl[.gz] with its "
+                        "NAME.labels.jsonl in DIR (made by bench/evalfleet, never used for training); reported beside "
+                        "the simulated one")
     m.add_argument("--chart", metavar="PNG", help="draw a timeline of faults and incidents")
     m.add_argument("--report", metavar="JSON", help="write the figures as JSON")
     m.add_argument("--no-baselines", action="store_true", help="skip the baselines")

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .features import FEATURE_VERSION, KINDS
+from .detectors import FEATURE_VERSION, FEATURES
 
 FORMAT = "gpufleet-model"
 FORMAT_VERSION = 2
@@ -70,7 +70,7 @@ class Model:
                 f"{doc.get('feature_version')}; this gpufleet reads format {FORMAT_VERSION} with feature set "
                 f"{FEATURE_VERSION}: train a new one with `gpufleet model train`")
         kinds = {}
-        for kind, names in KINDS.items():
+        for kind, names in FEATURES.items():
             m = doc.get("kinds", {}).get(kind)
             if m is None:
                 raise ModelError(f"{where} has no {kind} detector: train a new one with `gpufleet model train`")
@@ -93,7 +93,7 @@ class Model:
     @classmethod
     def untrained(cls) -> Model:
         """Scores everything 0.5 and never alerts: for recording window features before training."""
-        return cls({k: KindModel(list(names), 0.0, 0.1, [], threshold=2.0) for k, names in KINDS.items()},
+        return cls({k: KindModel(list(names), 0.0, 0.1, [], threshold=2.0) for k, names in FEATURES.items()},
                    {"untrained": True})
 
     @classmethod

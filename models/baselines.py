@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-THRESHOLD_RULES = {
-    "straggler": lambda x: x[3] >= 0.5,                    # throttled (not the power cap) half the window
-    "io_starvation": lambda x: x[3] >= 0.10 and x[0] < 0.5,
-    "memory_leak": lambda x: x[5] < 0.10,                  # less than 10% of memory left
-    "idle": lambda x: x[2] > 0 and x[1] < 0.05,
-}
+from .detectors import module
+
+
+def _idle(x: list[float]) -> bool:
+    """A rented GPU under 5% utilization (window: mean utilization, max utilization, rented)."""
+    return x[2] > 0 and x[1] < 0.05
 
 
 def threshold(kind: str):
-    return THRESHOLD_RULES[kind]
+    """Each detector's own rule an operator writes first (models/detectors), and the idle one."""
+    return _idle if kind == "idle" else module(kind).baseline
 
 
 def isolation_forest(kind: str, xs: list[list[float]], seed: int = 0):

@@ -27,6 +27,8 @@ class KindReport:
     delays_s: list[float] = field(default_factory=list)
     leak_leads_s: list[float] = field(default_factory=list)     # leaks of 30 min or more to the OOM
     leak_long: int = 0
+    leak_hours: int = 0                 # leaks that grew for an hour or more
+    leak_hour_hits: int = 0             # ... and were alerted within an hour of their start
 
     @property
     def precision(self) -> float:
@@ -52,6 +54,11 @@ class KindReport:
         return d[min(len(d) - 1, int(round(q * (len(d) - 1))))]
 
     @property
+    def leak_within_hour_share(self) -> float | None:
+        """Among leaks that grew for an hour or more, the share alerted within an hour of their start."""
+        return self.leak_hour_hits / self.leak_hours if self.leak_hours else None
+
+    @property
     def leak_early_share(self) -> float | None:
         """Among leaks of 30 min or more, the share alerted at least 10 min before the out-of-memory."""
         if not self.leak_long:
@@ -75,11 +82,13 @@ class Report:
             out.append((k.kind, k.faults, k.incidents, round(k.precision, 3), round(k.recall, 3), round(k.f1, 3),
                         None if med is None else round(med / 60, 1), None if p95 is None else round(p95 / 60, 1),
                         round(self.false_per_1000h(k.kind), 2),
-                        None if k.leak_early_share is None else f"{k.leak_early_share:.0%} of {k.leak_long}"))
+                        None if k.leak_early_share is None else f"{k.leak_early_share:.0%} of {k.leak_long}",
+                        None if k.leak_within_hour_share is None else
+                        f"{k.leak_within_hour_share:.0%} of {k.leak_hours}"))
         return out
 
     HEADERS = ["kind", "faults", "incidents", "precision", "recall", "F1", "delay_p50_min", "delay_p95_min",
-               "false_per_1000_gpu_h", "leaks_alerted_10min_before_oom"]
+               "false_per_1000_gpu_h", "leaks_alerted_10min_before_oom", "leaks_alerted_within_1h"]
 
     def to_dict(self) -> dict:
         return {"gpu_hours": round(self.gpu_hours, 1),
@@ -121,14 +130,19 @@ def score(labels: list[dict], alerts: list[dict], gpu_hours: float, idle_window_
         for f in faults:
             hits = [a for a in by_kind[kind] if _matches(a, f)]
             origin = f["start"] + (idle_window_s if kind == "idle" else 0.0)
-            long_leak = kind == "memory_leak" and f.get("oom_at") and f["oom_at"] - f["start"] >= 1800
+            long_leak = kind == "memory_leak" and f.get("reaches_oom", True) and f.get("oom_at") and \
+                f["oom_at"] - f["start"] >= 1800
+            hour_leak = kind == "memory_leak" and f["end"] - f["start"] >= 3600
             report.leak_long += bool(long_leak)
+            report.leak_hours += hour_leak
             if hits:
                 first = min(a["detected_at"] for a in hits)
                 report.detected_faults += 1
                 report.delays_s.append(max(0.0, first - origin))
                 if long_leak:
                     report.leak_leads_s.append(f["oom_at"] - first)
+                if hour_leak and first - f["start"] <= 3600:
+                    report.leak_hour_hits += 1
     return Report(kinds, gpu_hours)
 
 

@@ -16,16 +16,20 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
+from gpufleet.streams.output import Output
+
 from . import evaluate
 from .artifact import KindModel, Model
-from .features import FEATURE_VERSION, KINDS
+from .detectors import FEATURE_VERSION, FEATURES, KINDS, module
+from .detectors.base import Incidents
 
 log = logging.getLogger("gpufleet.model")
 
-EDGE_S = {"straggler": 90.0, "io_starvation": 90.0, "memory_leak": 300.0}
+EDGE_S = {"straggler": 90.0, "io_starvation": 90.0, "memory_leak": 900.0}
 PERSIST_OFF = {"straggler": 6, "io_starvation": 6, "memory_leak": 4}
 
 
@@ -97,8 +101,12 @@ def label(kind: str, rows: list[tuple], labels: list[dict]) -> list[int | None]:
     """1 inside a fault on the window's target, 0 well outside, None on the edges (left out)."""
     index = _fault_index(labels, kind)
     edge = EDGE_S[kind]
-    out = []
-    for key, ts, _x, _info in rows:
+    applies = module(kind).applies
+    out: list[int | None] = []
+    for key, ts, x, info in rows:
+        if not applies(x) or info.get("held"):    # the detector does not judge these: nothing to learn
+            out.append(None)
+            continue
         target = key.split(":", 1)[1]
         y: int | None = 0
         for f in index.get(target, ()):
@@ -144,40 +152,55 @@ def fit(kind: str, rows: list[tuple], ys: list[int | None], max_negatives: int =
     clf = GradientBoostingClassifier(n_estimators=100, max_depth=3, learning_rate=0.1, subsample=0.8,
                                      random_state=seed).fit(x, y, sample_weight=weight)
     init, lr, trees = export_trees(clf, x)
-    km = KindModel(list(KINDS[kind]), init, lr, trees, persist_off=PERSIST_OFF[kind])
+    km = KindModel(list(FEATURES[kind]), init, lr, trees, persist_off=PERSIST_OFF[kind])
     check = [km.score(list(v)) for v in x[:50]]
     assert np.allclose(check, clf.predict_proba(x[:50])[:, 1], atol=1e-6), "exported trees disagree with the fit"
     return km
 
 
-def incidents(kind: str, rows: list[tuple], positive: list[bool], persist_on: int, persist_off: int) -> list[dict]:
-    """Replay windows through the incident logic of the stream (streams/detect.py): firing alerts only."""
-    state: dict[str, list] = {}
-    fired = []
-    node_positive: dict[tuple, set] = {}
-    if kind == "straggler":      # a slow node's GPUs are covered by the node's own alert
-        for (_key, ts, _x, info), p in zip(rows, positive):
-            if info.get("level") == "node" and p:
-                node_positive.setdefault((info["job"], ts), set()).add(info["node"])
+@dataclass
+class Tuning:
+    """A detector's decision settings while tuning (what models.detectors.base.Decider asks for)."""
+
+    threshold: float
+    persist_on: int
+    persist_off: int
+
+
+def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> list[bool]:
+    """Each recorded window's decision, by the detector's own ``decide`` (the stream's very rule)."""
+    m = module(kind)
+    if kind != "straggler":
+        return [m.decide(x, score, decider) for (_, _, x, _), score in zip(rows, scores)]
+    out = [False] * len(rows)
+    epochs: dict[tuple, list[int]] = {}          # a straggler epoch is decided job by job
+    for i, (_, ts, _, info) in enumerate(rows):
+        epochs.setdefault((info["job"], ts), []).append(i)
+    for idx in epochs.values():
+        decided = m.decide([(rows[i][0], rows[i][2], rows[i][3], scores[i]) for i in idx], decider)
+        for i, p in zip(idx, decided):
+            out[i] = p
+    return out
+
+
+def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None = None,
+              positive: list[bool] | None = None) -> list[dict]:
+    """Replay recorded windows through the stream's decision (or the ``positive`` given: a baseline's) and its
+    incident tracker: the firing alerts."""
+    tracker, out = Incidents(), Output()
+
+    def describe(status: str, info: dict, st, resolved_at) -> dict:
+        return {"kind": kind, "status": status, "id": f"{kind}@{st.started_at}", "detected_at": st.detected_at,
+                "node": info.get("node"), "gpu_uuid": info.get("gpu_uuid"), "job": info.get("job")}
+
+    if positive is None:
+        assert scores is not None
+        positive = positives(kind, rows, scores, decider)
     for (key, ts, _x, info), p in zip(rows, positive):
-        if p and kind == "straggler" and info.get("level") == "gpu" and \
-                info["node"] in node_positive.get((info["job"], ts), ()):
-            p = False
-        st = state.get(key)
-        if p:
-            if st is None:
-                st = state[key] = [0, 0, ts, False]
-            st[0] += 1
-            st[1] = 0
-            if not st[3] and st[0] >= persist_on:
-                st[3] = True
-                fired.append({"kind": kind, "status": "firing", "id": f"{key}@{st[2]}", "detected_at": ts,
-                              "node": info.get("node"), "gpu_uuid": info.get("gpu_uuid"), "job": info.get("job")})
-        elif st is not None:
-            st[0] = 0
-            st[1] += 1
-            if not st[3] or st[1] >= persist_off:
-                del state[key]
+        tracker.observe(key, p, ts, decider, info, out, describe)
+    fired = [e for e in out.events if e["status"] == "firing"]
+    for e in fired:                               # ids unique per incident, as alert ids are
+        e["id"] = f"{e['id']}:{e['gpu_uuid'] or e['node']}:{e['job']}"
     return fired
 
 
@@ -187,7 +210,7 @@ def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float) -
     best: tuple | None = None
     for persist in (1, 2, 3, 4):
         for thr in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99):
-            fired = incidents(kind, rows, [s >= thr for s in scores], persist, km.persist_off)
+            fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off), scores)
             rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
             false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0
             delay = rep.delay(0.5) or 0.0

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .detect import Detection, JobDetector
+from gpufleet.models.detectors import Detection, JobDetectors
+
 from .jobsample import CLOCK, POWER, UTIL, UUID
 from .output import Output, Table
 from .state import StateError, check_version, load_fields, save_fields
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 JOB_ROLLUP = Table("job_rollup_1m", (
     "minute", "job", "tenant", "pool", "nodes", "gpus", "samples", "util_pct_mean", "util_pct_min_gpu",
@@ -127,7 +128,7 @@ class JobProcessor:
         self.minute: int | None = None
         self.acc = JobMinute()
         self.tenant = self.pool = None
-        self.detect = JobDetector()
+        self.detect = JobDetectors()
 
     def push(self, sample: dict, out: Output, ref=None, source: str = "", received_at: float = 0.0) -> None:
         """Admit one job sample or leave mark; it waits until :meth:`release` passes its time."""
@@ -180,8 +181,7 @@ class JobProcessor:
         self.tenant, self.pool = sample["tenant"], sample["pool"]
         self.acc.add(node, ts, sample["gpus"])
         if detection is not None:
-            self.detect.add(self.job, ts, node, sample["gpus"], sample.get("interval"), self.tenant, self.pool,
-                            detection.model, out, detection.recorder)
+            self.detect.add(self.job, ts, node, sample, self.tenant, self.pool, detection, out)
 
     def close(self, out: Output) -> None:
         """Emit the open minute's job rollup."""
@@ -214,7 +214,7 @@ class JobProcessor:
             p.members, p.released = set(state["members"]), dict(state["released"])
             frontier, p.minute = state["frontier"], state["minute"]
             p.tenant, p.pool = state["tenant"], state["pool"]
-            p.detect = JobDetector.from_state(state["detect"])
+            p.detect = JobDetectors.from_state(state["detect"])
             p.acc = JobMinute.from_state(state["acc"])
         except KeyError as err:
             raise StateError(f"job {job}: saved state lacks {err}") from None

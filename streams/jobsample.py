@@ -16,8 +16,11 @@ JOB_GPU_FIELDS = ("uuid", "index", "util_pct", "sm_clock_mhz", "sm_clock_max_mhz
     range(len(JOB_GPU_FIELDS))
 
 
-def job_samples(msg, out: Output, known: set[str]) -> set[str]:
-    """The job samples of one released node message, and leave marks for jobs gone from the node."""
+def job_samples(msg, out: Output, known: set[str], flags=None) -> set[str]:
+    """The job samples of one released node message, and leave marks for jobs gone from the node.
+
+    ``flags`` (models.detectors.NodeFlags) carry what the node's detectors know that the job stage's must
+    respect: ``io`` when the job is starved of input on this node, ``quiet`` its GPUs that just restarted."""
     by_job: dict[str, list] = {}
     tenants = {}
     for g in msg.gpus:
@@ -25,8 +28,15 @@ def job_samples(msg, out: Output, known: set[str]) -> set[str]:
             by_job.setdefault(g.job, []).append([getattr(g, f) for f in JOB_GPU_FIELDS])
             tenants[g.job] = g.tenant
     for job, gpus in by_job.items():
-        out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "tenant": tenants[job],
-                                "pool": msg.pool, "interval": msg.interval_s, "gpus": gpus})
+        sample = {"job": job, "node": msg.node, "ts": msg.ts, "tenant": tenants[job], "pool": msg.pool,
+                  "interval": msg.interval_s, "gpus": gpus}
+        if flags is not None:
+            if job in flags.starved:
+                sample["io"] = True
+            quiet = sorted(g[UUID] for g in gpus if g[UUID] in flags.quiet)
+            if quiet:
+                sample["quiet"] = quiet
+        out.job_samples.append(sample)
     for job in known.difference(by_job):
         out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "leave": True})
     return set(by_job)

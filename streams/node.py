@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.models.detectors import Detection, NodeDetectors
 
 from .billing.prices import Tariff, default_tariff
 from .config import StreamConfig
-from .detect import Detection, NodeDetectors
 from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
 from .jobsample import job_samples
@@ -15,7 +15,7 @@ from .rollups import MinuteRollups
 from .samples import sample_rows
 from .state import StateError, check_version
 
-STATE_VERSION = 4       # 4: metering, and rented time in the GPU rollups
+STATE_VERSION = 5       # 4: metering, and rented time in the GPU rollups; 5: detectors by kind
 
 
 class NodeProcessor:
@@ -69,9 +69,10 @@ class NodeProcessor:
         self.idle.add(msg, cfg, out, tariff)
         if tariff.config.enabled:
             self.meter.add(msg, self.idle.runs, cfg, tariff, out)
+        flags = None
         if detection is not None:
-            self.detect.add(msg, detection.model, out, {g.job: g.tenant for g in msg.gpus}, detection.recorder)
-        self.jobs = job_samples(msg, out, self.jobs)
+            flags = self.detect.add(msg, detection, out, {g.job: g.tenant for g in msg.gpus})
+        self.jobs = job_samples(msg, out, self.jobs, flags)
 
     def flush(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
               tariff: Tariff | None = None) -> None:

@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, control_kind, parse
 from gpufleet.models.artifact import Model
+from gpufleet.models.detectors import Detection, Recorder
 
 from .billing.prices import BillingConfig, Tariff
 from .config import StreamConfig
-from .detect import Detection, Recorder
 from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
 from .jobs import JobProcessor
 from .node import NodeProcessor

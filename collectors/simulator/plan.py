@@ -49,6 +49,7 @@ class Allocation:
     eval_every_s: float = 0.0
     eval_len_s: float = 0.0
     bursts: list[tuple[float, float]] = field(default_factory=list)   # notebook activity
+    kv_cache: float = 0.0           # inference: share of memory a KV cache takes at full load (it breathes)
     hiccups: list[tuple[float, int]] = field(default_factory=list)    # data-loader stalls: (at, node index)
     tide_peak_h: float = 15.0
 
@@ -200,8 +201,9 @@ class Planner:
             if r < 0.35:
                 end = min(t + rng.uniform(2 * HOUR, 12 * HOUR), self.end)
                 alloc = Allocation("inference", rng.choice(TENANTS), self._job("infer"), t, end, members,
-                                   level=rng.uniform(0.6, 0.95), tide_peak_h=rng.uniform(13, 17))
-                self._add(alloc, (0.5, 0.95), (1 * MIN, 4 * MIN))
+                                   level=rng.uniform(0.15, 0.95), tide_peak_h=rng.uniform(13, 17),
+                                   kv_cache=rng.choice((0.0, rng.uniform(0.05, 0.3))))
+                self._add(alloc, (0.3, 0.65), (1 * MIN, 4 * MIN))
             elif r < 0.35 + 0.3 * (0.5 + tide):
                 end = min(t + rng.uniform(0.5 * HOUR, 4 * HOUR), self.end)
                 alloc = Allocation("notebook", rng.choice(TENANTS), self._job("nb"), t, end, members[:1])
@@ -273,8 +275,10 @@ class Planner:
         return start, start + dur
 
     def plan_faults(self, per_kind: int) -> None:
+        """Faults of every kind the detectors know (models/detectors registry): ``_place_<kind>`` each."""
+        from gpufleet.models.detectors import KINDS
         rng = self.rng
-        for kind in ("straggler", "io_starvation", "memory_leak"):
+        for kind in sorted(KINDS):
             placed, tries = 0, 0
             while placed < per_kind and tries < per_kind * 60:
                 tries += 1
@@ -327,6 +331,7 @@ class Planner:
             "slowdown": rng.uniform(0.10, 0.60),
             "period_s": rng.uniform(60, 600) if intermittent else 0.0,
             "duty": rng.uniform(0.4, 0.8) if intermittent else 1.0,
+            "wait": rng.uniform(0.2, 0.8),     # how much of the slowdown its peers spend waiting for it
         }))
         return True
 
@@ -346,6 +351,7 @@ class Planner:
         self.faults.append(Fault("io_starvation", win[0], win[1], job, members, "job", {
             "period_s": rng.uniform(10, 120),
             "duty": rng.uniform(0.12, 0.5),
+            "source": rng.choice(("disk", "disk", "network", "cpu")),   # local disk, network storage, host CPU
         }))
         return True
 
@@ -357,17 +363,20 @@ class Planner:
         member = rng.choice(alloc.members)
         proc = alloc.procs[member]
         total = self.fleet[member[0]].model.mem_total_bytes
-        to_oom = math.exp(rng.uniform(math.log(10 * MIN), math.log(4 * HOUR)))
+        to_oom = math.exp(rng.uniform(math.log(10 * MIN), math.log(24 * HOUR)))
         onset = alloc.start + proc.warmup_s + rng.uniform(5 * MIN, 60 * MIN)
         oom = onset + to_oom
-        if oom > alloc.end - 5 * MIN or not self._free([member], onset, oom + 5 * MIN):
+        reaches = oom <= alloc.end - 5 * MIN          # a slow leak may still be growing when the job ends
+        until = oom + 5 * MIN if reaches else alloc.end
+        if until - onset < 20 * MIN or not self._free([member], onset, until):
             return False
-        self._take([member], onset, oom + 5 * MIN)
+        self._take([member], onset, until)
         held = proc.base_bytes + sum(s for t, s in proc.steps if t < onset)
         proc.steps = [(t, s) for t, s in proc.steps if t < onset]   # keep the leak a clean ramp
         rate = (total - 0.3 * GIB - held) / to_oom
-        self.faults.append(Fault("memory_leak", onset, oom, alloc, [member], "gpu", {
-            "rate_bytes_per_s": rate, "oom_at": round(oom, 3), "restart_s": rng.uniform(30, 120),
+        self.faults.append(Fault("memory_leak", onset, oom if reaches else alloc.end, alloc, [member], "gpu", {
+            "rate_bytes_per_s": rate, "oom_at": round(oom, 3), "reaches_oom": reaches,
+            "restart_s": rng.uniform(30, 120),
             "stair_s": rng.choice((0.0, 0.0, rng.uniform(30, 180))),     # smooth, or in steps
         }))
         return True

@@ -1,6 +1,7 @@
 """Turns a plan into ``gpufleet.telemetry.v1`` messages, tick by tick."""
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 
@@ -60,6 +61,10 @@ class Sampler:
         for f in getattr(plan, "spells", ()):
             self.spells.setdefault(id(f.alloc), []).append(f)
         self.seq = [0] * len(self.fleet)
+        # some nodes cannot report every field (no host metrics, no PCIe counters, no throttle reasons): null
+        blind_rng = random.Random(seed * 104729 + 3)
+        self.blind = [frozenset(f for f, p in (("host", 0.05), ("pcie", 0.1), ("throttle", 0.05))
+                                if blind_rng.random() < p) for _ in self.fleet]
 
     # -- one GPU -----------------------------------------------------------
     def _active(self, faults: list[Fault] | None, t: float) -> list[Fault]:
@@ -109,6 +114,10 @@ class Sampler:
                 age = t - alloc.start
                 warm = _clip(age / proc.warmup_s, 0.0, 1.0) if proc.warmup_s > 0 else 1.0
                 held = proc.base_bytes * (0.15 + 0.85 * warm) + sum(s for at, s in proc.steps if at <= t)
+                if alloc.kv_cache:       # a KV cache grows and shrinks with the load
+                    load = 0.25 + 0.75 * _tide(t, alloc.tide_peak_h)
+                    wave = 0.5 + 0.5 * math.sin(t / (300.0 + 37 * g))
+                    held += alloc.kv_cache * total * warm * load * (0.6 + 0.4 * wave)
                 jitter = rng.gauss(0, 0.0004 * total)       # the allocator breathes a little
                 pmem = _clip(held + leak_bytes + jitter, 0.0, total * (1 - RESERVED) - 1)
                 mem_used += pmem
@@ -135,11 +144,11 @@ class Sampler:
                     util, mem_util, power_frac, pcie_rx = self._starved(f, t, dt, util, power_frac, pcie_rx)
                     clock_frac = max(clock_frac, 0.85)
             for f in self.peer_faults.get(id(alloc), ()):
-                # peers wait for the straggler at every collective: less power, a little less busy
+                # peers wait for the straggler at every collective: less power, less busy
                 if f.start <= t < f.end and (n, g) not in f.members and util > 50 and self._straggling(f, t):
-                    s = f.params["slowdown"]
-                    power_frac = (power_frac or 0.8) * (1 - 0.35 * s)
-                    util = _clip(util - 8 * s * rng.random(), 0, 100)
+                    s = f.params["slowdown"] * f.params.get("wait", 0.3)
+                    power_frac = (power_frac or 0.8) * (1 - 0.8 * s)
+                    util = _clip(util * (1 - s * rng.uniform(0.6, 1.0)), 0, 100)
             for f in self.spells.get(id(alloc), ()):
                 if f.start <= t < f.end:
                     # the whole job or service throttled alike: slower, but no GPU waits for another
@@ -158,9 +167,10 @@ class Sampler:
         out["power_w"] = round(_clip(idle_w + (limit - idle_w) * power_frac + rng.gauss(0, 3), 0, limit * 1.02), 1)
         out["temp_c"] = round(32 + 38 * power_frac + temp_extra + rng.gauss(0, 1), 1)
         out["sm_clock_mhz"] = round(min(model.sm_clock_max_mhz, model.sm_clock_max_mhz * clock_frac), 0)
-        out["pcie_rx_bytes_per_s"] = round(max(pcie_rx, 0.0))
-        out["pcie_tx_bytes_per_s"] = round(max(pcie_tx, 0.0))
-        out["throttle_reasons"] = throttle
+        blind = self.blind[n]
+        out["pcie_rx_bytes_per_s"] = None if "pcie" in blind else round(max(pcie_rx, 0.0))
+        out["pcie_tx_bytes_per_s"] = None if "pcie" in blind else round(max(pcie_tx, 0.0))
+        out["throttle_reasons"] = None if "throttle" in blind else throttle
         return out, cpu, disk
 
     def _last_leak(self, n: int, g: int, t: float) -> Fault | None:
@@ -195,8 +205,11 @@ class Sampler:
                 rng.uniform(3e9, 6e9) * warm, rng.uniform(5e8, 1.5e9) * warm
         if a.kind == "inference":
             tide = _tide(t, a.tide_peak_h)
-            u = _clip(100 * a.level * (0.25 + 0.75 * tide) + rng.gauss(0, 4), 8, 100)
-            return u, 25 + 0.4 * u, _clip(0.95 + rng.gauss(0, 0.02), 0.5, 1.0), u / 100 * 0.8, 15.0 + u / 10, \
+            u = _clip(100 * a.level * (0.25 + 0.75 * tide) + rng.gauss(0, 4), 2, 100)
+            # a lightly loaded GPU parks its clock; under load it boosts
+            clock = _clip(0.95 + rng.gauss(0, 0.02), 0.5, 1.0) if u > 30 or rng.random() < 0.5 else \
+                _clip(0.3 + 0.6 * u / 30 + rng.gauss(0, 0.05), 0.15, 1.0)
+            return u, 25 + 0.4 * u, clock, u / 100 * 0.8, 15.0 + u / 10, \
                 rng.uniform(1e6, 2e7), 2e7 + 4e7 * u / 100, 1e7 + 3e7 * u / 100
         # notebook
         if any(s <= t < e for s, e in a.bursts):
@@ -242,8 +255,15 @@ class Sampler:
                 net = rng.uniform(1e6, 1e7)
                 for f in self.node_io.get(n, ()):
                     if f.start <= t < f.end:
-                        iowait += rng.uniform(25, 60) * (1 - f.params["duty"])
-                        disk += rng.uniform(1.2e9, 3e9)
+                        source = f.params.get("source", "disk")
+                        if source == "disk":
+                            iowait += rng.uniform(25, 60) * (1 - f.params["duty"])
+                            disk += rng.uniform(1.2e9, 3e9)
+                        elif source == "network":      # network storage or an object store: few local reads
+                            iowait += rng.uniform(0, 6)
+                            net += rng.uniform(1.2e9, 4e9)
+                        else:                          # the input pipeline on the host: CPUs saturated
+                            cpu = max(cpu, rng.uniform(93, 100))
                 if node.training:
                     net += sum(1 for x in gpus if x["util_pct"] > 50) * 2.5e8
                 used_frac = 0.08 + 0.4 * cpu / 100
@@ -251,7 +271,7 @@ class Sampler:
                     "schema": SCHEMA, "ts": t, "node": node.name,
                     "collector_id": f"sim-{node.name}", "seq": self.seq[n], "interval_s": dt,
                     "pool": node.pool, "dropped": 0,
-                    "host": {
+                    "host": None if "host" in self.blind[n] else {
                         "cpu_util_pct": round(_clip(cpu + rng.gauss(0, 1.5), 0, 100), 1),
                         "iowait_pct": round(_clip(iowait, 0, 100), 1),
                         "disk_read_bytes_per_s": round(disk),

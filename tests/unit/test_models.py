@@ -5,54 +5,93 @@ import pytest
 
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
-from gpufleet.models.features import KINDS, io_features, leak_features, straggler_features, straggler_stats, theil_sen
-from gpufleet.streams.detect import Incidents
+from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
+from gpufleet.models.detectors.base import Incidents
 from gpufleet.streams.output import Output
 
 
-def window(util, clock, power=300.0, throttle=0, temp=60.0, n=12):
-    return {"util": [util] * n, "clock": [clock] * n, "power": [power] * n, "throttle": [throttle] * n,
-            "temp": [temp] * n}
+def stats(util, clock=0.99, power=0.8, throttle=0, temp=60.0, n=12):
+    return straggler._stats([straggler.JobPoint(float(i), util, clock, power, throttle, temp) for i in range(n)])
+
+
+def fx(x, name, module=straggler):
+    return x[module.FEATURES.index(name)]
 
 
 def test_a_slow_gpu_stands_out_and_a_shared_dip_does_not():
-    job = {f"g{i}": window(98, 1980) for i in range(7)} | {"slow": window(99, 1188, throttle=0x20, temp=90)}
-    f = straggler_features(straggler_stats(job), 12)
-    assert f["slow"][0] == pytest.approx(0.4) and f["slow"][3] == 1.0 and f["slow"][5] == pytest.approx(30)
-    assert all(abs(f[f"g{i}"][0]) < 1e-9 and f[f"g{i}"][3] == 0 for i in range(7))
-    # a checkpoint: every GPU at 2% and low clocks together
-    dip = {f"g{i}": window(2, 900) for i in range(8)}
-    assert all(max(x[0], x[1]) < 1e-9 for x in straggler_features(straggler_stats(dip), 12).values())
+    job = {f"g{i}": stats(98) for i in range(7)} | {"slow": stats(99, clock=0.6, throttle=0x20, temp=90)}
+    f = straggler.features(job, 12, False)
+    assert fx(f["slow"], "clock_deficit") == pytest.approx(1 - 0.6 / 0.99)
+    assert fx(f["slow"], "throttle_frac") == 1.0 and fx(f["slow"], "temp_excess") == pytest.approx(30)
+    assert all(abs(fx(f[f"g{i}"], "clock_deficit")) < 1e-9 and fx(f[f"g{i}"], "throttle_frac") == 0 for i in range(7))
+    # a checkpoint: every GPU at 2% and low clocks together: nothing behind, and the job is not judged
+    dip = straggler.features({f"g{i}": stats(2, clock=0.3) for i in range(8)}, 12, False)
+    assert all(fx(x, "slowdown") < 1e-9 and not straggler.applies(x) for x in dip.values())
+
+
+def test_an_idle_gpus_parked_clock_is_no_evidence():
+    # a service's replicas at low load: one GPU's clock parked, the others up: nothing is compared
+    job = {f"g{i}": stats(5, clock=0.95) for i in range(7)} | {"parked": stats(4, clock=0.6)}
+    f = straggler.features(job, 12, False)
+    assert fx(f["parked"], "clock_deficit") == 0.0 and not straggler.applies(f["parked"])
+
+
+def test_gpus_of_other_models_compare_by_their_share_of_their_own_maximum():
+    mixed = {"h100": stats(97, clock=0.99), "a100": stats(97, clock=0.99), "l40s": stats(97, clock=0.98)}
+    assert all(fx(x, "clock_deficit") < 0.02 for x in straggler.features(mixed, 12, True).values())
 
 
 def test_two_gpu_job_uses_the_other_gpu_as_reference():
-    f = straggler_features(straggler_stats({"a": window(97, 1980), "b": window(57, 1980)}), 12)
-    assert f["b"][1] == pytest.approx(0.40) and f["a"][1] == pytest.approx(-0.40)
+    f = straggler.features({"a": stats(97), "b": stats(57)}, 12, False)
+    assert fx(f["b"], "util_behind") == pytest.approx(0.40) and fx(f["a"], "util_ahead") == pytest.approx(0.40)
 
 
-def test_theil_sen_follows_a_ramp_not_a_late_step_or_an_outlier():
-    assert theil_sen([10.0] * 9 + [30.0] * 2) == 0.0      # a step in the middle does tilt it: up_frac tells
-    assert theil_sen([float(3 * i) for i in range(11)]) == pytest.approx(3.0)
-    assert theil_sen([0, 1, 2, 300, 4, 5]) == pytest.approx(1.0)       # one outlier
+def test_a_starved_node_holds_its_job_back_from_being_judged():
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    x = straggler.features({"a": stats(97), "b": stats(40, clock=0.6)}, 12, False)["b"]
+    entry = ("b", x, {"level": "gpu", "node": "n1", "held": False}, 0.9)
+    assert straggler.decide([entry], decider) == [True]
+    assert straggler.decide([(entry[0], x, {**entry[2], "held": True}, 0.9)], decider) == [False]
 
 
-def test_leak_features_tell_steady_growth_from_a_cache_step():
+def test_leak_features_tell_steady_growth_from_a_cache_step_and_a_breathing_cache():
     total = 80e9
-    leak = [20e9 + i * 0.5e9 for i in range(31)]
-    step = [20e9] * 15 + [22e9] * 16
-    fl, fs = leak_features(leak, total, age_min=60), leak_features(step, total, age_min=60)
-    assert fl[2] == 1.0 and fs[2] < 0.2                                    # share of minutes that grew
-    assert fl[0] > 0.3 and fs[0] == 0.0                                    # slope, share of memory per hour
-    assert 10 ** fl[6] - 1 == pytest.approx((total - leak[-1]) / 0.5e9, rel=0.01)   # minutes to OOM
-    assert leak_features(leak[:5], total, 60) is None                     # not enough history
+    leak = [20e9 + i * 0.05e9 for i in range(61)]                  # 3 GB/h: 20 h to the OOM
+    step = [20e9] * 30 + [22e9] * 31
+    breathing = [20e9 + (3e9 if (i // 7) % 2 else 0.0) for i in range(61)]
+    fl, fs, fb = (memory_leak.features(h, total, age_min=90) for h in (leak, step, breathing))
+    assert fx(fl, "steady_30", memory_leak) == 1.0 and fx(fs, "steady_30", memory_leak) < 0.3
+    assert fx(fl, "slope_30", memory_leak) == pytest.approx(3e9 / total, rel=0.01)
+    assert fx(fl, "jump_share_30", memory_leak) < 0.1 and fx(fs, "jump_share_30", memory_leak) == 1.0
+    assert fx(fb, "drawdown_30", memory_leak) == pytest.approx(3e9 / total) and fx(fl, "drawdown_30", memory_leak) == 0
+    assert memory_leak.minutes_to_oom(fl) == pytest.approx((total - leak[-1]) / 0.05e9, rel=0.02)
+    assert memory_leak.features(leak[:5], total, 60) is None       # not enough history
+    assert not memory_leak.applies(memory_leak.features(leak[:20], total, age_min=5))    # still warming up
 
 
-def test_io_features_read_the_waiting():
-    starved = io_features([10, 90, 5, 8] * 3, [40] * 12, [2e9] * 12, [1e8] * 12, [1] * 12, [0.5] * 12)
-    busy = io_features([97] * 12, [1] * 12, [2e8] * 12, [4e9] * 12, [1] * 12, [0.5] * 12)
-    assert starved[0] < 0.3 and starved[3] == pytest.approx(0.4) and starved[4] == pytest.approx(2.0)
-    assert busy[0] > 0.9 and busy[3] == pytest.approx(0.01)
-    assert starved[8] > 0.7 and starved[9] > 0.7 and busy[8] < 0.05 and busy[9] < 0.05
+def test_io_features_read_the_waiting_on_each_input_path():
+    gpus = [io_starvation.GpuPoint(float(i), u, 1e8, 1.0, 0.5, "j", 0) for i, u in enumerate([10, 90, 5, 8] * 3)]
+    busy = [io_starvation.GpuPoint(float(i), 97.0, 4e9, 1.0, 0.5, "j", 0) for i in range(12)]
+
+    def host(iowait=1.0, disk=2e8, net=1e7, cpu=20.0):
+        return [io_starvation.HostPoint(float(i), iowait, disk, net, cpu) for i in range(12)]
+
+    disk = io_starvation.features(gpus, host(iowait=40, disk=2e9))
+    network = io_starvation.features(gpus, host(iowait=3, disk=1e7, net=2.5e9))
+    cpu = io_starvation.features(gpus, host(cpu=99))
+    healthy = io_starvation.features(busy, host(net=2.5e9, cpu=60))
+    assert io_starvation.cause(disk)[0] == "disk" and fx(disk, "idle_while_waiting", io_starvation) > 0.7
+    assert io_starvation.cause(network)[0] == "network" and fx(network, "idle_while_receiving", io_starvation) > 0.7
+    assert io_starvation.cause(cpu)[0] == "host cpu" and fx(cpu, "idle_while_cpu_bound", io_starvation) > 0.7
+    assert max(fx(healthy, n, io_starvation) for n in ("idle_while_waiting", "idle_while_reading",
+                                                       "idle_while_receiving", "idle_while_cpu_bound")) < 0.05
+
+
+def test_every_detector_is_one_module_in_the_registry():
+    for kind, m in REGISTRY.items():
+        assert m.KIND == kind and m.STAGE in ("node", "job") and len(set(m.FEATURES)) == len(m.FEATURES)
+        for part in ("Detector", "features", "applies", "decide", "describe", "baseline"):
+            assert hasattr(m, part), (kind, part)
 
 
 def test_the_packaged_model_loads_and_an_incompatible_one_is_refused(tmp_path):

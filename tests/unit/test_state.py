@@ -4,8 +4,9 @@ import json
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.models.detectors import JobDetectors, NodeDetectors, io_starvation, memory_leak, straggler
+from gpufleet.models.detectors.base import Incident, Incidents
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.detect import Incident, Incidents, JobDetector, MemoryTrack, NodeDetectors
 from gpufleet.streams.eventtime import Gate
 from gpufleet.streams.idle import IdleTracker, Run
 from gpufleet.streams.jobs import GpuSums, JobMinute, JobProcessor
@@ -47,24 +48,29 @@ def parts(running):
     """Every nested state value in the running pipeline, with its class."""
     found = []
     for node in running.nodes.values():
+        leaks, io = node.detect.detectors["memory_leak"], node.detect.detectors["io_starvation"]
         found += [(Gate, node.gate), (MinuteRollups, node.rollups), (NodeMinute, node.rollups.node),
-                  (IdleTracker, node.idle), (NodeDetectors, node.detect), (Incidents, node.detect.incidents)]
+                  (IdleTracker, node.idle), (NodeDetectors, node.detect), (memory_leak.Detector, leaks),
+                  (io_starvation.Detector, io), (Incidents, leaks.incidents), (Incidents, io.incidents)]
         found += [(GpuMinute, g) for g in node.rollups.gpus.values()]
         found += [(Run, r) for r in node.idle.runs.values()]
         found += [(Metering, node.meter)] + [(GpuMeter, m) for m in node.meter.gpus.values()]
         found += [(Sample, m.pending) for m in node.meter.gpus.values() if m.pending is not None]
         found += [(Record, r) for m in node.meter.gpus.values() for r in m.records.values()]
-        found += [(MemoryTrack, m) for m in node.detect.mem.values()]
-        found += [(Incident, i) for i in node.detect.incidents.by_key.values()]
+        found += [(memory_leak.MemoryTrack, m) for m in leaks.tracks.values()]
+        found += [(Incident, i) for d in (leaks, io) for i in d.incidents.by_key.values()]
     for job in running.jobs.values():
-        found += [(JobMinute, job.acc), (JobDetector, job.detect), (Incidents, job.detect.incidents)]
+        stragglers = job.detect.detectors["straggler"]
+        found += [(JobMinute, job.acc), (JobDetectors, job.detect), (straggler.Detector, stragglers),
+                  (Incidents, stragglers.incidents)]
         found += [(GpuSums, s) for s in job.acc.gpus.values()]
-        found += [(Incident, i) for i in job.detect.incidents.by_key.values()]
+        found += [(Incident, i) for i in stragglers.incidents.by_key.values()]
     return found
 
 
 @pytest.mark.parametrize("cls", [Gate, MinuteRollups, NodeMinute, GpuMinute, IdleTracker, Run, NodeDetectors,
-                                 Incidents, Incident, MemoryTrack, JobMinute, GpuSums, JobDetector,
+                                 memory_leak.Detector, io_starvation.Detector, Incidents, Incident,
+                                 memory_leak.MemoryTrack, JobMinute, GpuSums, JobDetectors, straggler.Detector,
                                  Metering, GpuMeter, Sample, Record])
 def test_each_state_class_round_trips_by_name(running, cls):
     values = [v for c, v in parts(running) if c is cls]
@@ -102,8 +108,8 @@ def test_a_restored_processor_goes_on_exactly_as_the_one_it_was_saved_from(runni
 def test_a_state_of_another_version_is_refused_with_what_to_do(running):
     name, node = next(iter(running.nodes.items()))
     saved = roundtrip(node.to_state())
-    with pytest.raises(StateError, match=r"node .*version 3, this gpufleet reads version 4.*worker.app_id"):
-        NodeProcessor.from_state(name, {**saved, "v": 3})
+    with pytest.raises(StateError, match=r"node .*version 4, this gpufleet reads version 5.*worker.app_id"):
+        NodeProcessor.from_state(name, {**saved, "v": 4})
     job, proc = next(iter(running.jobs.items()))
     old = [{}, None, None, [{}, 0, []], None, None, []]          # the positional layout before version 1
     with pytest.raises(StateError, match=rf"job {job}: saved state has version None"):

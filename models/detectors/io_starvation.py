@@ -1,0 +1,245 @@
+"""IO starvation: a job's GPUs on one node wait for their input data.
+
+State: per GPU of the node, its last window of samples (utilization, PCIe receive, whether it holds a
+process, its memory share, its job) and the host's (iowait, disk reads, network receive, CPU).
+
+Every epoch, per job on the node: are its GPUs, which hold a process, idle or in a saw-tooth while the
+host is busy fetching? Three input paths, each with its own signals:
+
+- local disk: iowait and disk reads high;
+- network storage or an object store: host network receive high while disk reads stay low and iowait
+  moderate or zero;
+- the input pipeline on the host itself: the host's CPUs saturated while the GPUs wait.
+
+The features pair "the GPUs are not busy" with each path's signal, so the trees see which path fed the
+stall; the alert's evidence names the path (``cause``) and the other signals present (``also_seen``).
+
+Precedence: GPUs whose process just restarted (memory_leak.RESTART_QUIET_S) are left out: a restart is
+not a starvation. A job is judged only while its GPUs hold a process.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from gpufleet.streams.output import Output
+
+from .base import (
+    EPOCH_S,
+    Decider,
+    Incident,
+    Incidents,
+    Recorder,
+    StateError,
+    clip,
+    event,
+    load_points,
+    mean,
+    minutes,
+    save_points,
+    window_s,
+)
+
+KIND = "io_starvation"
+STAGE = "node"
+LEVEL = "job"
+FEATURES = ("util_mean", "util_low_frac", "util_spread", "iowait", "disk_read_gbps", "net_rx_gbps", "host_cpu",
+            "pcie_rx_share", "procs_frac", "mem_frac", "idle_while_waiting", "idle_while_reading",
+            "idle_while_receiving", "idle_while_cpu_bound", "host_known")
+NET_SCALE = 1.0e9            # bytes/s of host network receive that count as "a lot"
+DISK_SCALE = 1.0e9
+
+
+class GpuPoint(NamedTuple):
+    """One GPU sample in a node's window."""
+
+    ts: float
+    util: float | None
+    pcie_rx: float | None
+    has_process: float              # 1.0 when the GPU had a compute process
+    mem_share: float | None         # used memory as a share of the total
+    job: str | None
+    gpu_index: int
+
+
+class HostPoint(NamedTuple):
+    ts: float
+    iowait: float | None
+    disk_read: float | None
+    net_rx: float | None
+    cpu: float | None
+
+
+def features(gpus: list[GpuPoint], host: list[HostPoint]) -> list[float]:
+    """One job's GPUs on one node over one window, and the host's samples over the same window."""
+    u = [s.util for s in gpus if s.util is not None]
+    um = mean(u) if u else 0.0
+    spread = (max(u) - min(u)) / 100.0 if u else 0.0
+    rx = [s.pcie_rx for s in gpus if s.pcie_rx is not None]
+    iw = [h.iowait for h in host if h.iowait is not None]
+    dr = [h.disk_read for h in host if h.disk_read is not None]
+    nr = [h.net_rx for h in host if h.net_rx is not None]
+    cpu = [h.cpu for h in host if h.cpu is not None]
+    wait = mean(iw) / 100.0 if iw else 0.0
+    reads = mean(dr) / DISK_SCALE if dr else 0.0
+    net = mean(nr) / NET_SCALE if nr else 0.0
+    busy_cpu = mean(cpu) / 100.0 if cpu else 0.0
+    has_work = mean([s.has_process for s in gpus]) if gpus else 0.0
+    mems = [s.mem_share for s in gpus if s.mem_share is not None]
+    # the host fetches input *and* this job's GPUs, which hold a process, sit idle: both at once
+    not_busy = (1.0 - um / 100.0) * has_work
+    return [um / 100.0, (sum(1 for x in u if x < 30) / len(u)) if u else 0.0, spread, wait, reads, net, busy_cpu,
+            min(1.0, mean(rx) / 5e9) if rx else 0.0, has_work, mean(mems) if mems else 0.0,
+            not_busy * min(1.0, wait / 0.2), not_busy * min(1.0, reads), not_busy * min(1.0, net),
+            not_busy * clip((busy_cpu - 0.75) / 0.2, 0.0, 1.0), 1.0 if (iw or dr or nr or cpu) else 0.0]
+
+
+def applies(x: list[float]) -> bool:
+    """Judged while the job's GPUs hold a process, on a node that reports its host's metrics (without them
+    an idle GPU says nothing about its input)."""
+    return x[FEATURES.index("procs_frac")] >= 0.5 and x[FEATURES.index("host_known")] > 0
+
+
+def cause(x: list[float]) -> tuple[str, list[str]]:
+    """The input path the evidence points to, and the other signals seen."""
+    f = dict(zip(FEATURES, x))
+    paths = {"disk": max(f["idle_while_waiting"], f["idle_while_reading"]),
+             "network": f["idle_while_receiving"] * (1.0 if f["disk_read_gbps"] < 0.3 else 0.5),
+             "host cpu": f["idle_while_cpu_bound"]}
+    best = max(paths, key=lambda k: paths[k])
+    seen = [p for p, v in paths.items() if p != best and v > 0.3]
+    return best, seen
+
+
+def baseline(x: list[float]) -> bool:
+    """The rule an operator writes first: iowait above 10% while utilization is under half."""
+    return x[FEATURES.index("iowait")] >= 0.10 and x[FEATURES.index("util_mean")] < 0.5
+
+
+class Detector:
+    """The IO starvation detector of one node."""
+
+    __slots__ = ("gpus", "host", "epoch", "interval", "incidents")
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, deque[GpuPoint]] = {}
+        self.host: deque[HostPoint] = deque()
+        self.epoch: int | None = None
+        self.interval = 5.0
+        self.incidents = Incidents()
+
+    def add(self, msg, decider: Decider, ctx) -> None:
+        """One node message (in ts order); GPUs in ``ctx.flags.quiet`` (just restarted) are left out, and
+        the jobs starved of input go into ``ctx.flags.starved``."""
+        self._add(msg, decider, ctx.out, ctx.tenant_of, ctx.flags.quiet, ctx.recorder)
+        ctx.flags.starved |= self.starved_jobs()
+
+    def _add(self, msg, decider: Decider, out: Output, tenant_of: dict, quiet: set[str],
+             recorder: Recorder | None) -> None:
+        ts = msg.ts
+        self.interval = msg.interval_s or self.interval
+        epoch_s = max(EPOCH_S, self.interval)
+        epoch = int(ts // epoch_s)
+        if self.epoch is not None and epoch > self.epoch:
+            self._evaluate(msg.node, msg.pool, (self.epoch + 1) * epoch_s, decider, out, tenant_of, quiet, recorder)
+        self.epoch = epoch
+        host = msg.host
+        self.host.append(HostPoint(ts, host.iowait_pct, host.disk_read_bytes_per_s, host.net_rx_bytes_per_s,
+                                   host.cpu_util_pct) if host is not None else HostPoint(ts, None, None, None, None))
+        cutoff = ts - window_s(self.interval)
+        while self.host and self.host[0].ts <= cutoff:
+            self.host.popleft()
+        for g in msg.gpus:
+            w = self.gpus.get(g.uuid)
+            if w is None:
+                w = self.gpus[g.uuid] = deque()
+            share = g.mem_used_bytes / g.mem_total_bytes if g.mem_used_bytes is not None and g.mem_total_bytes else None
+            w.append(GpuPoint(ts, g.util_pct, g.pcie_rx_bytes_per_s, 1.0 if g.processes else 0.0, share, g.job,
+                              g.index))
+            while w and w[0].ts <= cutoff:
+                w.popleft()
+        for uuid in [u for u, w in self.gpus.items() if not w or w[-1].ts <= cutoff]:
+            del self.gpus[uuid]
+
+    def _evaluate(self, node: str, pool, at: float, decider: Decider, out: Output, tenant_of: dict,
+                  quiet: set[str], recorder: Recorder | None) -> None:
+        start = at - window_s(self.interval)
+        by_job: dict[str, list[GpuPoint]] = {}
+        for uuid, w in self.gpus.items():
+            samples = [s for s in w if start < s.ts <= at]
+            job = samples[-1].job if samples else None
+            if job is not None and uuid not in quiet:
+                by_job.setdefault(job, []).extend(samples)
+        host = [h for h in self.host if start < h.ts <= at]
+        if recorder is not None:         # per GPU, for the idle baselines of the evaluation
+            for uuid, w in self.gpus.items():
+                u = [s.util for s in w if start < s.ts <= at and s.util is not None]
+                if u:
+                    last = w[-1]
+                    recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
+                                                           1.0 if last.job is not None else 0.0],
+                             {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
+        seen = set()
+        for job, samples in sorted(by_job.items()):
+            x = features(samples, host)
+            target = f"{node}/{job}"
+            key = f"{KIND}:{target}"
+            seen.add(key)
+            score = decider.score(x)
+            path, also = cause(x)
+            f = dict(zip(FEATURES, x))
+            info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
+                    "gpus": len({s.gpu_index for s in samples}), "util": f["util_mean"] * 100,
+                    "iowait": f["iowait"] * 100, "disk": f["disk_read_gbps"], "net": f["net_rx_gbps"],
+                    "cpu": f["host_cpu"] * 100, "cause": path, "also_seen": also, "target": target}
+            if recorder is not None:
+                recorder(KIND, key, at, x, info)
+            self.incidents.observe(key, decide(x, score, decider), at, decider, info, out, describe)
+        for key in self.incidents.keys(f"{KIND}:"):
+            if key not in seen:
+                self.incidents.observe(key, False, at, decider, {}, out, describe)
+
+    def starved_jobs(self) -> set[str]:
+        """Jobs with an IO starvation incident open (or under way) on this node."""
+        return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")}
+
+    def to_state(self) -> dict:
+        return {"gpus": {u: save_points(w, GpuPoint) for u, w in self.gpus.items()},
+                "host": save_points(self.host, HostPoint), "epoch": self.epoch, "interval": self.interval,
+                "incidents": self.incidents.to_state()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Detector:
+        d = cls()
+        try:
+            d.gpus = {u: load_points(w, GpuPoint, "IO starvation detector") for u, w in state["gpus"].items()}
+            d.host = load_points(state["host"], HostPoint, "IO starvation detector")
+            d.epoch, d.interval = state["epoch"], state["interval"]
+            d.incidents = Incidents.from_state(state["incidents"])
+        except (KeyError, AttributeError):
+            raise StateError("IO starvation detector: saved state lacks gpus, host, epoch, interval or "
+                             "incidents") from None
+        return d
+
+
+def decide(x: list[float], score: float, decider: Decider) -> bool:
+    return applies(x) and score >= decider.threshold
+
+
+def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
+    path = info["cause"]
+    fed = {"disk": f"{info['iowait']:.0f}% iowait and {info['disk']:.2f} GB/s of disk reads",
+           "network": f"{info['net']:.2f} GB/s of network receive (disk reads {info['disk']:.2f} GB/s)",
+           "host cpu": f"the host's CPUs {info['cpu']:.0f}% busy feeding them"}[path]
+    what = (f"job {info['job']} on {info['node']} waits for its input data ({path}): {info['gpus']} GPU"
+            f"{'s' if info['gpus'] != 1 else ''} at {info['util']:.0f}% utilization, {fed}")
+    if status == "firing":
+        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st):.0f} min"
+    else:
+        summary = (f"Job {info['job']} on {info['node']} no longer waits for input data "
+                   f"(starved for {minutes(st, resolved_at):.0f} min)")
+    evidence = {"cause": path, "also_seen": info["also_seen"], "util_pct": round(info["util"], 1),
+                "iowait_pct": round(info["iowait"], 1), "disk_read_gb_per_s": round(info["disk"], 3),
+                "net_rx_gb_per_s": round(info["net"], 3), "host_cpu_pct": round(info["cpu"], 1),
+                "gpus": info["gpus"], "score": info["score"]}
+    return event(KIND, info["target"], status, st, resolved_at, info, summary, evidence)

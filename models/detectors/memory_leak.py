@@ -1,0 +1,251 @@
+"""Memory leaks: a process whose GPU memory keeps growing until the out-of-memory.
+
+State: per GPU, one value a minute (the minute's highest) since its process started, the last
+``HISTORY_MINUTES``. Every minute the series turns into features over 10, 30 and 60 minutes: a
+robust slope (as a share of the GPU's memory per hour), how steadily it grows (the share of 5-minute
+blocks that grew), how straight (R²), the largest single jump as a share of the growth (an allocator
+cache grows in a few big steps, then holds), the deepest fall (a KV cache breathes with load), the
+headroom and the time left to the out-of-memory at the 30-minute rate.
+
+Decision: the trees' score, on processes past their warm-up (10 minutes) with a growing 30-minute
+slope. A steady leak is caught within 30 to 60 minutes of its start whatever its rate; the alert says
+the rate, the time to the OOM and a severity that rises as that time shrinks: ``critical`` within
+30 minutes, ``warning`` beyond.
+
+Precedence: a process that dies and restarts on a GPU (a new pid) makes the GPU look idle or slow for
+a while; the other detectors leave that GPU out for ``RESTART_QUIET_S`` (see :meth:`restarted`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpufleet.streams.output import Output
+
+from .base import (
+    Decider,
+    Incident,
+    Incidents,
+    Recorder,
+    StateError,
+    clip,
+    event,
+    load_fields,
+    mean,
+    median,
+    minutes,
+    save_fields,
+)
+
+KIND = "memory_leak"
+STAGE = "node"
+LEVEL = "gpu"
+FEATURES = ("slope_10", "slope_30", "slope_60", "steady_30", "steady_60", "r2_30", "jump_share_30",
+            "drawdown_30", "headroom", "minutes_to_oom", "age", "span", "load_corr_30", "load_trend_30")
+HISTORY_MINUTES = 61
+WARMUP_MIN = 10.0            # a process's first minutes are its warm-up: never judged
+RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other detectors this long
+CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical
+
+
+@dataclass(slots=True)
+class MemoryTrack:
+    """One GPU's memory, per minute, since its current process started."""
+
+    minute: int                     # the minute being filled
+    peak: float                     # the highest value of that minute so far
+    minutes: list[float]            # the last HISTORY_MINUTES complete minutes' peaks, oldest first
+    loads: list[float]              # the same minutes' mean utilization (a KV cache follows the load)
+    util_sum: float                 # utilization summed over the minute being filled
+    util_n: int
+    pid: int | None
+    since: float                    # ts of the first sample of this process
+    total: float                    # the GPU's memory
+    restarted_at: float | None = None   # ts this process replaced another one
+
+
+def _theil_sen(ys: list[float]) -> float:
+    n = len(ys)
+    slopes = [(ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+    return median(slopes) if slopes else 0.0
+
+
+def _thirds_slope(ys: list[float]) -> float:
+    """A resistant slope: the medians of the first and last thirds, over the distance between them."""
+    n = len(ys)
+    k = max(1, n // 3)
+    return (median(ys[-k:]) - median(ys[:k])) / max(1, n - k)
+
+
+def _r2(ys: list[float]) -> float:
+    n = len(ys)
+    if n < 3:
+        return 0.0
+    mx = (n - 1) / 2
+    my = sum(ys) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    sxy = sum((i - mx) * (y - my) for i, y in enumerate(ys))
+    syy = sum((y - my) ** 2 for y in ys)
+    if syy <= 0 or sxx <= 0:
+        return 0.0
+    return (sxy * sxy) / (sxx * syy)
+
+
+def _steady(ys: list[float], total: float) -> float:
+    """The share of 5-minute blocks whose median grew (by more than the allocator's breathing)."""
+    blocks = [median(ys[i:i + 5]) for i in range(len(ys) % 5, len(ys) - 4, 5)]
+    if len(blocks) < 2:
+        return 0.0
+    eps = 0.0004 * total
+    steps = [b - a for a, b in zip(blocks, blocks[1:])]
+    return sum(1 for d in steps if d > eps) / len(steps)
+
+
+def _corr(xs: list[float], ys: list[float]) -> float:
+    n = len(xs)
+    if n < 3:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx <= 1e-12 or syy <= 1e-12:
+        return 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
+
+
+def features(history: list[float], total: float, age_min: float,
+             loads: list[float] | None = None) -> list[float] | None:
+    """One GPU's memory, one value a minute, oldest first (and the minutes' mean utilization): is it leaking?
+    (None: too short to tell)."""
+    if len(history) < 10 or not total:
+        return None
+    loads = loads if loads is not None and len(loads) == len(history) else [0.0] * len(history)
+    last10, last30, last60 = history[-11:], history[-31:], history[-61:]
+    per_hour = 60.0 / total
+    s10 = _theil_sen(last10) * per_hour
+    s30 = _thirds_slope(last30) * per_hour
+    s60 = _thirds_slope(last60) * per_hour
+    growth = last30[-1] - last30[0]
+    jumps = [b - a for a, b in zip(last30, last30[1:])]
+    jump_share = max(jumps) / growth if growth > 0.002 * total and jumps else 1.0
+    peak, drawdown = last30[0], 0.0
+    for v in last30:
+        peak = max(peak, v)
+        drawdown = max(drawdown, peak - v)
+    headroom = max(0.0, 1.0 - history[-1] / total)
+    to_oom = headroom / s30 * 60.0 if s30 > 1e-6 else 1e6
+    load30 = loads[-31:]
+    # a KV cache grows and shrinks with the load; a leak grows whatever the load does
+    load_trend = (mean(load30[-10:]) - mean(load30[:10])) / 100.0
+    return [s10, s30, s60, _steady(last30, total), _steady(last60, total), _r2(last30), clip(jump_share, 0.0, 1.0),
+            drawdown / total, headroom, math.log10(1 + min(to_oom, 1e6)), math.log10(1 + max(0.0, age_min)),
+            len(history) / 60.0, _corr(last30, load30), load_trend]
+
+
+def minutes_to_oom(x: list[float]) -> float:
+    return 10 ** x[FEATURES.index("minutes_to_oom")] - 1
+
+
+def applies(x: list[float]) -> bool:
+    """Judged only past the warm-up, while the 30-minute slope grows."""
+    return 10 ** x[FEATURES.index("age")] - 1 >= WARMUP_MIN and x[FEATURES.index("slope_30")] > 0
+
+
+def baseline(x: list[float]) -> bool:
+    """The rule an operator writes first: less than 10% of the memory left."""
+    return x[FEATURES.index("headroom")] < 0.10
+
+
+class Detector:
+    """The leak detector of one node's GPUs."""
+
+    __slots__ = ("tracks", "incidents")
+
+    def __init__(self) -> None:
+        self.tracks: dict[str, MemoryTrack] = {}
+        self.incidents = Incidents()
+
+    def add(self, msg, decider: Decider, ctx) -> None:
+        """One node message (in ts order); the GPUs whose process just restarted go into ``ctx.flags.quiet``."""
+        for g in msg.gpus:
+            self._sample(msg, g, decider, ctx.out, ctx.recorder)
+        ctx.flags.quiet |= self.restarted(msg.ts)
+
+    def _sample(self, msg, g, decider: Decider, out: Output, recorder: Recorder | None) -> None:
+        if g.mem_used_bytes is None or not g.mem_total_bytes:
+            return
+        ts, minute = msg.ts, int(msg.ts // 60)
+        pid = g.processes[0].pid if g.processes else None
+        m = self.tracks.get(g.uuid)
+        if m is None or m.pid != pid:                 # a new process: its memory history starts again
+            restarted = ts if m is not None and m.pid is not None and pid is not None else None
+            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, [], [], 0.0, 0, pid, ts,
+                                                  g.mem_total_bytes, restarted)
+        elif minute > m.minute:
+            m.minutes.append(m.peak)
+            m.loads.append(m.util_sum / m.util_n if m.util_n else 0.0)
+            del m.minutes[:-HISTORY_MINUTES]
+            del m.loads[:-HISTORY_MINUTES]
+            m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
+            self._evaluate(msg, g, m, decider, out, recorder)
+        m.peak = max(m.peak, g.mem_used_bytes)
+        if g.util_pct is not None:
+            m.util_sum += g.util_pct
+            m.util_n += 1
+
+    def restarted(self, ts: float) -> set[str]:
+        """GPUs whose process restarted within ``RESTART_QUIET_S`` before ``ts``."""
+        return {u for u, m in self.tracks.items()
+                if m.restarted_at is not None and ts - m.restarted_at < RESTART_QUIET_S}
+
+    def _evaluate(self, msg, g, m: MemoryTrack, decider: Decider, out: Output, recorder: Recorder | None) -> None:
+        key = f"{KIND}:{g.uuid}"
+        x = features(m.minutes, m.total, (msg.ts - m.since) / 60.0, m.loads) if m.pid is not None else None
+        if x is None:
+            if key in self.incidents.by_key:
+                self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
+            return
+        score = decider.score(x)
+        oom = minutes_to_oom(x)
+        info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
+                "index": g.index, "pid": m.pid, "score": round(score, 4),
+                "rate_gb_h": x[FEATURES.index("slope_30")] * m.total / 1e9,
+                "used_gb": m.minutes[-1] / 1e9, "total_gb": m.total / 1e9, "to_oom_min": oom,
+                "severity": "critical" if oom <= CRITICAL_MIN else "warning"}
+        if recorder is not None:
+            recorder(KIND, key, msg.ts, x, info)
+        self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe)
+
+    def to_state(self) -> dict:
+        return {"tracks": {u: save_fields(m) for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Detector:
+        d = cls()
+        try:
+            d.tracks = {u: load_fields(MemoryTrack, m, "memory track") for u, m in state["tracks"].items()}
+            d.incidents = Incidents.from_state(state["incidents"])
+        except (KeyError, AttributeError):
+            raise StateError("memory leak detector: saved state lacks tracks or incidents") from None
+        return d
+
+
+def decide(x: list[float], score: float, decider: Decider) -> bool:
+    return applies(x) and score >= decider.threshold
+
+
+def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
+    who = f"GPU {info['index']} on {info['node']}" + (
+        f" (job {info['job']}, pid {info['pid']})" if info.get("job") else f" (pid {info['pid']})")
+    oom = info["to_oom_min"]
+    when = f"{oom / 60:.1f} h" if oom >= 90 else f"{oom:.0f} min"
+    if status == "firing":
+        summary = (f"{who} leaks memory: {info['rate_gb_h']:.2f} GB/h for {minutes(st):.0f} min, "
+                   f"{info['used_gb']:.1f} of {info['total_gb']:.0f} GB used, out of memory in about {when}")
+    else:
+        summary = f"{who} memory stopped growing (or the process ended) after {minutes(st, resolved_at):.0f} min"
+    evidence = {"cause": "memory growth", "also_seen": [], "rate_bytes_per_h": round(info["rate_gb_h"] * 1e9),
+                "slope_gb_per_h": round(info["rate_gb_h"], 3), "used_gb": round(info["used_gb"], 2),
+                "total_gb": round(info["total_gb"], 2), "minutes_to_oom": round(oom, 1), "pid": info["pid"],
+                "score": info["score"]}
+    return event(KIND, info["gpu_uuid"], status, st, resolved_at, info, summary, evidence)

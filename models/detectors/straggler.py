@@ -1,0 +1,324 @@
+"""Stragglers: a GPU, or a whole node, that a synchronous job waits for.
+
+State: per GPU of the job (from every node, on the job stage), its last window of samples:
+utilization, SM clock and its maximum, power and its limit, temperature, throttle reasons; and, per
+node and GPU, until when the other detectors say to leave it out.
+
+Every epoch the job's GPUs are compared, each against the median of the *others* (so one slow GPU does
+not pull its own reference down): how far behind in SM clock (as a share of each GPU's own maximum, so
+GPUs of different models compare), in utilization and power (as a share of each GPU's limit), how much
+more it is throttled than its peers (throttling every GPU shares, a hot row or a power event, is not a
+straggler), its excess temperature. A whole node counts as its typical GPU, against the other nodes.
+
+When the question applies (``applies``), and what is evidence:
+
+- only jobs that work in lockstep and are working: the job's median utilization at least
+  ``WORKING_UTIL`` (a checkpoint, an evaluation pause, a service at low load are not judged); replicas
+  of a service are independent: idle or lightly loaded ones never are judged, and a clock difference
+  counts only between GPUs that are busy (an idle GPU parks its clock, which says nothing);
+- not while a node of the job is starved of input (IO starvation takes precedence: every GPU then waits,
+  and the page would name the wrong GPUs), nor on a GPU whose process just restarted (a leak's OOM).
+
+Precedence: memory leak restart > IO starvation > straggler; the evidence names the cause (the throttle
+reason, or a slow GPU without throttling: its host, link or input) and what else was seen.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from gpufleet.streams.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
+from gpufleet.streams.output import Output
+
+from .base import (
+    EPOCH_S,
+    POWER_CAP_BIT,
+    Decider,
+    Incident,
+    Incidents,
+    Recorder,
+    StateError,
+    clip,
+    event,
+    load_points,
+    mean,
+    median,
+    minutes,
+    save_points,
+    throttle_text,
+    union,
+    window_s,
+)
+
+KIND = "straggler"
+STAGE = "job"
+LEVEL = "gpu"
+FEATURES = ("clock_deficit", "util_behind", "util_ahead", "power_deficit", "throttle_frac", "throttle_excess",
+            "cap_frac", "temp_excess", "job_util", "busy_frac", "samples_frac", "slowdown", "multi_node")
+WORKING_UTIL = 40.0          # the job's median utilization under which it is not judged
+BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
+
+
+class JobPoint(NamedTuple):
+    """One GPU sample in a job's window."""
+
+    ts: float
+    util: float | None
+    clock: float | None          # SM clock as a share of the GPU's maximum
+    power: float | None          # power as a share of the GPU's limit
+    throttle: int | None
+    temp: float | None
+
+
+class Stats(NamedTuple):
+    """One GPU (or node) over one window."""
+
+    util: float
+    clock: float                 # mean clock share over its busy samples (nan if none)
+    power: float                 # mean power share over its busy samples
+    temp: float
+    throttled: float             # share of samples throttled for another reason than the power cap
+    capped: float                # share of samples at the power cap
+    busy: float                  # share of busy samples
+    samples: int
+
+
+def _stats(points: list[JobPoint]) -> Stats | None:
+    seen = [p for p in points if p.util is not None]
+    if not seen:
+        return None
+    utils = [p.util or 0.0 for p in seen]
+    busy = [p for p, u in zip(seen, utils) if u >= BUSY_UTIL]
+    clocks = [p.clock for p in busy if p.clock is not None]
+    powers = [p.power for p in busy if p.power is not None]
+    temps = [p.temp for p in busy if p.temp is not None]
+    bits = [p.throttle or 0 for p in seen]
+    return Stats(mean(utils), mean(clocks) if clocks else float("nan"),
+                 mean(powers) if powers else float("nan"), mean(temps) if temps else float("nan"),
+                 sum(1 for b in bits if b & ~POWER_CAP_BIT) / len(bits),
+                 sum(1 for b in bits if b & POWER_CAP_BIT) / len(bits), len(busy) / len(seen), len(seen))
+
+
+def _typical(gpus: list[Stats]) -> Stats:
+    """A node as its typical GPU: the median of each measure (one slow GPU does not make a node slow)."""
+    def known(values):
+        return median([v for v in values if v == v])
+    return Stats(median([g.util for g in gpus]), known(g.clock for g in gpus), known(g.power for g in gpus),
+                 known(g.temp for g in gpus), median([g.throttled for g in gpus]),
+                 median([g.capped for g in gpus]), median([g.busy for g in gpus]),
+                 int(median([g.samples for g in gpus])))
+
+
+def _deficit(mine: float, peers: float) -> float:
+    """How far below its peers, as a share of the peers' value (0 when level or above, or unknown)."""
+    if not peers or peers != peers or mine != mine:
+        return 0.0
+    return clip(1.0 - mine / peers, -0.5, 1.0)
+
+
+def features(stats: dict[str, Stats], expected_samples: int, multi_node: bool) -> dict[str, list[float]]:
+    """Per GPU (or node) of one job over one window: how far it is behind the others."""
+    out: dict[str, list[float]] = {}
+    if len(stats) < 2:
+        return out
+    job_util = median([s.util for s in stats.values()])
+    for name, s in stats.items():
+        others = [o for n, o in stats.items() if n != name]
+        p_util = median([o.util for o in others])
+        p_clock = median([o.clock for o in others if o.clock == o.clock])
+        p_power = median([o.power for o in others if o.power == o.power])
+        p_temp = median([o.temp for o in others if o.temp == o.temp])
+        clock_deficit = _deficit(s.clock, p_clock)
+        behind = clip((p_util - s.util) / 100.0, -0.5, 1.0)
+        x = [clock_deficit, max(0.0, behind), max(0.0, -behind), _deficit(s.power, p_power), s.throttled,
+             s.throttled - median([o.throttled for o in others]), s.capped,
+             clip(s.temp - p_temp, -20.0, 40.0) if s.temp == s.temp and p_temp == p_temp else 0.0,
+             job_util / 100.0, s.busy, min(1.0, s.samples / max(1, expected_samples)),
+             max(clock_deficit, behind), 1.0 if multi_node else 0.0]
+        out[name] = [0.0 if v != v else v for v in x]
+    return out
+
+
+def applies(x: list[float]) -> bool:
+    """Judged only while the job works (see the module docstring)."""
+    return x[FEATURES.index("job_util")] * 100.0 >= WORKING_UTIL
+
+
+def baseline(x: list[float]) -> bool:
+    """The rule an operator writes first: throttled (not at the power cap) for half the window."""
+    return x[FEATURES.index("throttle_frac")] >= 0.5
+
+
+class Detector:
+    """The straggler detector of one job."""
+
+    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet")
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, deque[JobPoint]] = {}
+        self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
+        self.epoch: int | None = None
+        self.interval = 5.0
+        self.quiet: dict[str, float] = {}               # node or GPU uuid -> until when it is left out
+        self.incidents = Incidents()
+
+    def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
+            recorder: Recorder | None) -> None:
+        """One node's job sample (in (ts, node) order); its ``io``/``quiet`` flags come from the node stage."""
+        self.interval = sample.get("interval") or self.interval
+        epoch_s = max(EPOCH_S, self.interval)
+        epoch = int(ts // epoch_s)
+        if self.epoch is not None and epoch > self.epoch:
+            self.evaluate(job, (self.epoch + 1) * epoch_s, tenant, pool, decider, out, recorder)
+        self.epoch = epoch
+        wait = window_s(self.interval)
+        if sample.get("io"):
+            self.quiet[node] = ts + wait               # a starved node: the job is not judged meanwhile
+        for uuid in sample.get("quiet", ()):
+            self.quiet[uuid] = ts + wait
+        cutoff = ts - wait
+        for g in sample["gpus"]:        # a job sample's GPUs (streams/jobsample.py)
+            uuid = g[UUID]
+            w = self.gpus.get(uuid)
+            if w is None:
+                w = self.gpus[uuid] = deque()
+            clock = g[CLOCK] / g[CLOCK_MAX] if g[CLOCK] is not None and g[CLOCK_MAX] else None
+            power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
+            w.append(JobPoint(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP]))
+            self.where[uuid] = (node, g[INDEX])
+            while w and w[0].ts <= cutoff:
+                w.popleft()
+
+    def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
+                 recorder: Recorder | None) -> None:
+        start = at - window_s(self.interval)
+        self.quiet = {k: until for k, until in self.quiet.items() if until > start}
+        windows: dict[str, list[JobPoint]] = {}
+        for uuid, w in list(self.gpus.items()):
+            samples = [s for s in w if start < s.ts <= at]
+            if not samples:
+                if not w or w[-1].ts <= start:
+                    del self.gpus[uuid]
+                    self.where.pop(uuid, None)
+                continue
+            windows[uuid] = samples
+        expected = max(1, round(window_s(self.interval) / self.interval))
+        stats = {u: s for u, s in ((u, _stats(w)) for u, w in windows.items()) if s is not None}
+        nodes = sorted({self.where[u][0] for u in stats})
+        multi = len(nodes) >= 2
+        held = any(n in self.quiet for n in nodes)      # a node of the job starved of input: not judged
+        entries: list[tuple[str, list[float], dict]] = []
+        base = {"job": job, "tenant": tenant, "pool": pool}
+        if multi:                    # a whole slow node, against the job's other nodes
+            node_stats = {n: _typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
+            for n, x in features(node_stats, expected, True).items():
+                bits = union(p.throttle for u in windows if self.where[u][0] == n for p in windows[u])
+                entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
+                                       "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
+                                       **_numbers(node_stats, n, x)}))
+        for uuid, x in features(stats, expected, multi).items():
+            node, index = self.where[uuid]
+            entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
+                                      "level": "gpu", "peers": len(stats) - 1,
+                                      "bits": union(p.throttle for p in windows[uuid]),
+                                      "held": held or uuid in self.quiet, **_numbers(stats, uuid, x)}))
+        for _, _, info in entries:
+            info.setdefault("held", held)
+        scored = [(target, x, info, decider.score(x)) for target, x, info in entries]
+        positives = decide(scored, decider)
+        seen = set()
+        for (target, x, info, score), positive in zip(scored, positives):
+            key = f"{KIND}:{target}"
+            seen.add(key)
+            info["score"] = round(score, 4)
+            if recorder is not None:
+                recorder(KIND, key, at, x, info)
+            self.incidents.observe(key, positive, at, decider, info, out, describe)
+        for key in self.incidents.keys(f"{KIND}:"):
+            if key not in seen:
+                self.incidents.observe(key, False, at, decider, {}, out, describe)
+
+    def end(self, ts: float, out: Output) -> None:
+        """The job is gone from every node."""
+        self.incidents.close_all(ts, describe, out)
+        self.gpus, self.where, self.epoch, self.quiet = {}, {}, None, {}
+
+    def to_state(self) -> dict:
+        return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
+                "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
+                "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Detector:
+        d = cls()
+        try:
+            d.gpus = {u: load_points(w, JobPoint, "straggler detector") for u, w in state["gpus"].items()}
+            d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
+            d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
+            d.incidents = Incidents.from_state(state["incidents"])
+        except (KeyError, AttributeError, TypeError):
+            raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
+                             "incidents") from None
+        return d
+
+
+def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:
+    """One epoch of one job: positive windows, where the question applies; a slow node's own alert covers
+    its GPUs. Training replays recorded epochs through this same function."""
+    slow_nodes = {info["node"] for _, x, info, score in scored
+                  if info.get("level") == "node" and not info.get("held") and applies(x)
+                  and score >= decider.threshold}
+    out = []
+    for _, x, info, score in scored:
+        positive = not info.get("held") and applies(x) and score >= decider.threshold
+        if info.get("level") == "gpu" and info["node"] in slow_nodes:
+            positive = False
+        out.append(positive)
+    return out
+
+
+def _numbers(stats: dict[str, Stats], name: str, x: list[float]) -> dict:
+    s = stats[name]
+    others = [o for n, o in stats.items() if n != name]
+    return {"clock": s.clock, "peer_clock": median([o.clock for o in others if o.clock == o.clock]),
+            "util": s.util, "peer_util": median([o.util for o in others]), "power": s.power,
+            "peer_power": median([o.power for o in others if o.power == o.power]), "throttled": s.throttled,
+            "slowdown": x[FEATURES.index("slowdown")]}
+
+
+def _r(v, digits: int = 1) -> float | None:
+    return None if v is None or v != v else round(v, digits)
+
+
+def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
+    if info["level"] == "node":
+        who = f"{info['node']} (all {info['gpus']} GPUs, job {info['job']})"
+        peers = f"the job's other {info['peers']} node{'s' if info['peers'] != 1 else ''}"
+    else:
+        who = f"GPU {info['index']} on {info['node']} (job {info['job']})"
+        peers = f"its {info['peers']} peer{'s' if info['peers'] != 1 else ''}"
+    bits = info["bits"] & ~POWER_CAP_BIT
+    if info["throttled"] > 0.2 and throttle_text(bits):
+        cause = throttle_text(bits)
+    elif info["clock"] == info["clock"] and info["peer_clock"] == info["peer_clock"] and \
+            info["clock"] < 0.97 * info["peer_clock"]:
+        cause = "lower SM clock without a throttle reason"
+    else:
+        cause = "slower without throttling (its host, link or input)"
+    also = [throttle_text(info["bits"] & POWER_CAP_BIT)] if info["bits"] & POWER_CAP_BIT else []
+    if status == "firing":
+        if info["clock"] == info["clock"] and info["peer_clock"] == info["peer_clock"] and \
+                info["clock"] < 0.97 * info["peer_clock"]:
+            why = f"SM clock at {info['clock']:.0%} of its maximum vs {info['peer_clock']:.0%} for its peers"
+        else:
+            why = f"utilization {info['util']:.0f}% vs {info['peer_util']:.0f}%, clocks normal"
+        summary = f"{who} runs {info['slowdown']:.0%} behind {peers} for {minutes(st):.0f} min: {why} ({cause})"
+    else:
+        summary = f"{who} keeps pace with {peers} again (it lagged for {minutes(st, resolved_at):.0f} min)"
+    evidence = {"cause": cause, "also_seen": also, "slowdown": round(info["slowdown"], 3),
+                "sm_clock_share": _r(info["clock"], 3), "peers_sm_clock_share": _r(info["peer_clock"], 3),
+                "util_pct": _r(info["util"]), "peers_util_pct": _r(info["peer_util"]),
+                "power_share": _r(info["power"], 3), "peers_power_share": _r(info["peer_power"], 3),
+                "throttled_share": round(info["throttled"], 3), "throttle_reasons": info["bits"],
+                "peers": info["peers"], "level": info["level"], "score": info["score"]}
+    return event(KIND, info["target"], status, st, resolved_at, info, summary, evidence)

@@ -20,6 +20,15 @@ are stored once. A rebalance while a batch is under way abandons it before it
 saves state or acknowledges anything: the partitions' next owner restores the
 saved state and gets the unacknowledged inputs again.
 
+That recognition holds only if each partition is processed in offset order
+from where reading restarts: an input taken after a later one of its node
+would be taken for one already in the saved state, and its rows never
+stored. So after a rebalance the stage takes a partition's inputs only from
+the offset the consumer reports reading restarts from (``Rebalances.started``),
+one after the other: what comes before that report waits for it, a repeat of
+an input already taken is skipped, and an input past one not yet delivered is
+skipped too, the consumer being sent back to the one missing.
+
 This module knows nothing of Faust: an input is anything with
 ``message.tp``, ``message.offset``, ``message.generation_id`` and ``value``
 (Faust's events have them), and the stage talks to the broker through a
@@ -99,14 +108,28 @@ class Share:
 
 @dataclass
 class Rebalances:
-    """What the stages need to know of rebalances: a counter, and the consumer generation last revoked."""
+    """What the stages need to know of rebalances: a counter, the consumer generation last revoked and, when
+    the consumer reports them (``reports_starts``), the offset each partition is read from again after it."""
 
     seen: int = 0
     stale_upto: int = -1
+    reports_starts: bool = False
+    starts: dict = field(default_factory=dict)      # partition -> offset reading restarts from, this generation
 
     def revoked(self, consumer_generation: int) -> None:
         self.seen += 1
         self.stale_upto = consumer_generation
+        self.starts = {}
+
+    def started(self, consumer_generation: int, starts: dict) -> None:
+        """The consumer, in ``consumer_generation``, was sent back to ``starts`` (partition -> offset)."""
+        if consumer_generation > self.stale_upto:       # not a seek of a generation revoked since
+            self.starts = dict(starts)
+
+    def start(self, tp) -> int | None:
+        """Where ``tp`` is read from again; None while not known yet. Without reports, unknown means the
+        first input of the partition is where it starts."""
+        return self.starts.get(tp)
 
 
 @dataclass
@@ -147,8 +170,10 @@ class Stage:
     """One stage's batch loop (see the module docstring), around a processor kept live in memory."""
 
     def __init__(self, name: str, processor: Processor, sink: Sink, bus: Bus, tables: dict[str, StateTable],
-                 topics: Topics, rebalances: Rebalances, metrics: Counts, session_s: float = 10.0):
+                 topics: Topics, rebalances: Rebalances, metrics: Counts, session_s: float = 10.0,
+                 reread: Callable[[Any, int], Awaitable[Any]] | None = None):
         self.name, self.processor, self.sink, self.bus, self.tables = name, processor, sink, bus, tables
+        self.reread = reread                  # sends the consumer back to an offset of a partition
         self.session_s = session_s            # a worker silent this long may have lost its partitions
         self.topics, self.rebalances, self.metrics = topics, rebalances, metrics
         self.out = Output()
@@ -160,11 +185,18 @@ class Stage:
         # input that is not acknowledged when it is the only one at the committed offset).
         self.received: dict = {}      # tp -> {offset: input} not acknowledged yet
         self.finished: dict = {}      # tp -> offsets whose results are durable
+        self.next_offset: dict = {}   # tp -> the offset to take next, since the last rebalance
+        self.held: list = []          # inputs that came before the consumer reported where reading restarts
+        self.holes: set = set()       # partitions whose inputs the last batch skipped as past one not delivered
+        self.missing: dict = {}       # tp -> the offset the consumer was last sent back to, as one not delivered
 
     def forget(self) -> None:
         """A rebalance: everything not durable is dropped; it comes again from the committed offsets."""
         self.received.clear()
         self.finished.clear()
+        self.next_offset.clear()
+        self.held = []
+        self.missing.clear()
         self.pending, self.pending_since = Pending(), None
         self.out = Output()
         self.sink.discard()
@@ -176,7 +208,8 @@ class Stage:
         ``ack`` acknowledges one input (Faust's ``stream.ack``); it is kept for :meth:`tick`."""
         self.ack = ack
         async with self.lock:
-            inputs = self._fresh(inputs)
+            inputs = self._in_order(self._fresh(inputs))
+            await self._reread_missing()
             for ev in inputs:
                 tp = ev.message.tp
                 if tp not in self.received:
@@ -232,6 +265,57 @@ class Stage:
             log.info("%s stage: %d messages fetched before the rebalance skipped", self.name,
                      len(inputs) - len(fresh))
         return fresh
+
+    def _in_order(self, inputs: list) -> list:
+        """The inputs to take, each partition's one after the other from where reading restarted."""
+        taken, early, repeats, ahead = [], 0, 0, 0
+        self.holes = holes = set()
+        rebalances, arrived, self.held = self.rebalances, self.held + inputs, []
+        for ev in arrived:
+            tp, offset = ev.message.tp, ev.message.offset
+            expected = self.next_offset.get(tp)
+            if expected is None:
+                expected = rebalances.start(tp)
+                if expected is None:
+                    if rebalances.reports_starts:
+                        self.held.append(ev)      # delivered before the seek: waits to be placed
+                        early += 1
+                        continue
+                    expected = offset
+            if offset < expected:
+                repeats += 1                      # delivered again (a seek back): already taken
+                continue
+            if offset > expected:
+                ahead += 1                        # an earlier input is missing: read again from it
+                holes.add(tp)
+                continue
+            self.next_offset[tp] = offset + 1
+            taken.append(ev)
+        if repeats:
+            self.metrics.event(self.name, "repeats_skipped", repeats)
+        if ahead:
+            # Records fetched before a seek and delivered after it, or a consumer that skipped one: taking
+            # the later ones would lose it, so they are skipped and the consumer is sent back to it.
+            self.metrics.event(self.name, "out_of_order_skipped", ahead)
+            log.info("%s stage: %d messages after one not yet delivered skipped", self.name, ahead)
+        if early:
+            log.debug("%s stage: %d messages wait for the seek to the committed offsets", self.name, early)
+        return taken
+
+    async def _reread_missing(self) -> None:
+        """Send the consumer back to the first input missing of each partition that has one, once per hole."""
+        for tp in self.holes:
+            expected = self.next_offset.get(tp, self.rebalances.start(tp))
+            if expected is None or self.missing.get(tp) == expected or self.reread is None:
+                continue
+            log.warning("%s stage: %s/%s skipped offset %s: reading it again", self.name, tp.topic, tp.partition,
+                        expected)
+            try:
+                await self.reread(tp, expected)
+                self.missing[tp] = expected
+            except Exception as err:     # e.g. the partition revoked meanwhile: the next owner reads it
+                log.warning("%s stage: %s/%s not sent back to %s: %s", self.name, tp.topic, tp.partition,
+                            expected, err)
 
     def _sends(self, p: Pending) -> list[tuple[str, bytes | None, int | None, bytes]]:
         t = self.topics

@@ -17,10 +17,26 @@ so that a correction that is no longer needed is noticed and removed.
    gap at the head only when ``min(acked) - committed > 1``, and not at all when nothing or 0 was
    committed), which would skip an input still waiting for the watermark. The stage therefore
    acknowledges an input only once every earlier one of its partition is acknowledged.
+4. :func:`deliver_every_record`: Faust drops a record whose offset is below the highest it delivered of its
+   partition (its "read offset"), and when a record is more than one past it, records the offsets between
+   as a gap that its commit counts as acknowledged. Around a rebalance the read offset is wrong: a delivery
+   under way when the revocation cleared it sets it again, records fetched from the committed offset
+   between the resumption of the partitions and the seek are delivered before the seek, and the rest of
+   a fetch goes on being delivered after it. So a partition came out of order, its records after the
+   committed offset were dropped, and Faust could commit past records never processed (a waiting message
+   of a node was then taken for one replayed: data lost). For the stream topics the read offset is kept
+   empty: every record is delivered, repeats included, and the stage takes each partition in offset order
+   from where reading restarts, which :func:`rewind_from_zero` reports (durable.Stage, Rebalances).
 """
 from __future__ import annotations
 
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+
 from faust.tables.table import Table
+
+log = logging.getLogger("gpufleet.worker")
 
 
 class KeyedTable(Table):
@@ -36,16 +52,57 @@ class KeyedTable(Table):
         return self.partition_of[key]
 
 
-def rewind_from_zero(consumer, topics: set[str]) -> None:
+def rewind_from_zero(consumer, topics: set[str],
+                     started: Callable[[int, dict], None] | None = None) -> None:
     """Correction 2: after Faust's seek to the committed offsets, seek the partitions of ``topics`` that
     were committed at 0 (or never) to offset 0 (the broker moves an offset below its retention to the
-    earliest one kept)."""
+    earliest one kept).
+
+    Then ``started(generation, starts)`` is told, for the consumer generation the seek was made in, the
+    offset each of those partitions is read from again (correction 4): the committed one, or the earliest
+    one kept when that is later."""
     seek_committed = consumer.perform_seek
 
     async def perform_seek() -> None:
+        generation = consumer.app.consumer_generation_id
         await seek_committed()
         committed = consumer._committed_offset        # Faust's record of what it committed, per partition
+        starts = {}
         for tp in consumer.assignment():
-            if tp.topic in topics and not committed.get(tp):
-                await consumer.seek(tp, 0)
+            if tp.topic in topics:
+                starts[tp] = committed.get(tp) or 0
+                if not committed.get(tp):
+                    await consumer.seek(tp, 0)
+        if started is not None:
+            try:
+                earliest = await consumer.earliest_offsets(*starts) if starts else {}
+            except Exception as err:      # the broker unreachable: a start below its retention holds the partition
+                log.warning("earliest offsets not read after the seek: %s", err)
+                earliest = {}
+            started(generation, {tp: max(offset, earliest.get(tp) or 0) for tp, offset in starts.items()})
     consumer.perform_seek = perform_seek
+
+
+class _Unread(defaultdict):
+    """Faust's read offsets (correction 4), kept empty for the partitions of ``topics``."""
+
+    def __init__(self, topics: set[str]):
+        super().__init__(lambda: None)
+        self.topics = topics
+
+    def __getitem__(self, tp):
+        return None if tp.topic in self.topics else super().__getitem__(tp)
+
+    def __setitem__(self, tp, offset) -> None:
+        if tp.topic not in self.topics:
+            super().__setitem__(tp, offset)
+
+    def update(self, *args, **kwargs) -> None:
+        for tp, offset in dict(*args, **kwargs).items():
+            self[tp] = offset
+
+
+def deliver_every_record(consumer, topics: set[str]) -> None:
+    """Correction 4: Faust drops no record of ``topics`` and records no gap in them (before it starts
+    fetching: its fetch loop looks the read offsets up once)."""
+    consumer._read_offset = _Unread(topics)

@@ -13,7 +13,7 @@ import faust
 
 from .durable import Rebalances, Stage, Topics
 from .events import BILLING_SCHEMA
-from .faust_compat import KeyedTable, rewind_from_zero
+from .faust_compat import KeyedTable, deliver_every_record, rewind_from_zero
 from .jobs import JobProcessor
 from .metrics import WorkerMetrics
 from .node import NodeProcessor
@@ -68,7 +68,11 @@ def make_app(settings, store, model=None) -> faust.App:
     names = topic_names(settings)
     topics = {name: app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
               for name in names.values()}
-    rewind_from_zero(app.consumer, {names["telemetry"], names["by_job"]})
+    # each stream partition is delivered whole and taken in order from where reading restarts (durable.py)
+    rebalances = Rebalances(reports_starts=True)
+    sources = {names["telemetry"], names["by_job"]}
+    rewind_from_zero(app.consumer, sources, rebalances.started)
+    deliver_every_record(app.consumer, sources)
 
     # state tables (changelogs <app_id>-nodes-changelog, -jobs-changelog, -clocks-changelog)
     tables = {name: KeyedTable(app, name=name, default=None, partitions=n, key_type=bytes, value_type=bytes,
@@ -82,7 +86,7 @@ def make_app(settings, store, model=None) -> faust.App:
     pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
                         load_node=saved(tables[NODES], NodeProcessor.from_state),
                         load_job=saved(tables[JOBS], JobProcessor.from_state))
-    metrics, rebalances = WorkerMetrics(), Rebalances()
+    metrics = WorkerMetrics()
     outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n,
                      other={BILLING_SCHEMA: names["billing"]})
     bus = FaustBus(app, topics)
@@ -98,9 +102,9 @@ def make_app(settings, store, model=None) -> faust.App:
                       lag=lambda partition: lags.get((names["telemetry"], partition)))
     jobs = JobStage(pipeline, tables[JOBS], tables[CLOCKS], n)
     node_stage = Stage("node", nodes, sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs,
-                       rebalances, metrics, w.session_timeout_s)
+                       rebalances, metrics, w.session_timeout_s, reread=app.consumer.seek)
     job_stage = Stage("job", jobs, sink(), bus, {JOBS: tables[JOBS], CLOCKS: tables[CLOCKS]}, outputs, rebalances,
-                      metrics, w.session_timeout_s)
+                      metrics, w.session_timeout_s, reread=app.consumer.seek)
     stages = (node_stage, job_stage)
     metrics.watch_store(lambda: sum(s.sink.failures for s in stages),
                         lambda: max(s.sink.unavailable_s() for s in stages))
@@ -153,7 +157,6 @@ def make_app(settings, store, model=None) -> faust.App:
 
     @app.timer(interval=5.0)
     async def consumer_lag() -> None:
-        sources = {names["telemetry"], names["by_job"]}
         try:
             for tp in app.consumer.assignment():
                 if tp.topic in sources:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from .detectors import FEATURE_VERSION, FEATURES
 
@@ -44,8 +47,64 @@ class KindModel:
             while left[i] != -1:
                 i = left[i] if x[f[i]] <= t[i] else right[i]
             z += v[i]
+        return self._probability(z)
+
+    def _probability(self, z: float) -> float:
         z = self.init + self.learning_rate * z
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+
+    def score_many(self, xs: Sequence[Sequence[float]]) -> list[float]:
+        """:meth:`score` of each row of ``xs``, every tree walked over all rows at once (numpy): the same
+        floats to the last bit (each row's leaf values are added in tree order, as :meth:`score` does)."""
+        if not xs:
+            return []
+        packed = self._packed
+        if packed is None:                       # no trees: every row scores the bare prior
+            return [self._probability(0.0)] * len(xs)
+        np, roots, feature, threshold, left, right, value, depth = packed
+        x = np.asarray(xs, dtype=np.float64)
+        n, width = x.shape
+        # every (row, tree) pair walks its tree at once; nodes are numbered across all trees (flat arrays)
+        node = np.broadcast_to(roots, (n, len(roots)))
+        base = (np.arange(n) * width)[:, None]
+        flat = x.ravel()
+        for _ in range(depth):
+            go_left = flat.take(base + feature.take(node)) <= threshold.take(node)
+            node = np.where(go_left, left.take(node), right.take(node))    # a leaf points to itself
+        sums = np.add.accumulate(value.take(node), axis=1)[:, -1]          # sequential, in tree order
+        return [self._probability(z) for z in sums.tolist()]
+
+    @cached_property
+    def _packed(self) -> tuple[Any, ...] | None:
+        """The trees' nodes in flat arrays, numbered across every tree, a leaf's children pointing to itself."""
+        if not self.trees:
+            return None
+        import numpy as np  # only where windows are scored in batches
+
+        feature: list[int] = []
+        threshold: list[float] = []
+        left: list[int] = []
+        right: list[int] = []
+        value: list[float] = []
+        roots, depth = [], 0
+        for tree in self.trees:
+            first = len(feature)
+            roots.append(first)
+            for i, (f, t, lo, hi, v) in enumerate(zip(tree["f"], tree["t"], tree["l"], tree["r"], tree["v"])):
+                leaf = lo == -1
+                feature.append(0 if leaf else f)
+                threshold.append(0.0 if leaf else t)
+                left.append(first + (i if leaf else lo))
+                right.append(first + (i if leaf else hi))
+                value.append(v if leaf else 0.0)
+            depth = max(depth, _depth(tree["l"], tree["r"], 0))
+        index = [np.array(a, dtype=np.intp) for a in (roots, feature)]
+        return (np, *index, np.array(threshold, dtype=np.float64), np.array(left, dtype=np.intp),
+                np.array(right, dtype=np.intp), np.array(value, dtype=np.float64), depth)
+
+
+def _depth(left: list[int], right: list[int], i: int) -> int:
+    return 0 if left[i] == -1 else 1 + max(_depth(left, right, left[i]), _depth(left, right, right[i]))
 
 
 @dataclass

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from urllib.parse import urlsplit
 
@@ -81,9 +83,7 @@ class Insert:
     columns: tuple[str, ...]
     rows: list[tuple]
 
-    @property
+    @cached_property
     def token(self) -> str:
-        digest = hashlib.sha256(self.table.encode())
-        for r in self.rows:
-            digest.update(repr(r).encode())
-        return digest.hexdigest()
+        """A digest of the rows, computed once: every retry of this batch sends the very same token."""
+        return hashlib.sha256(self.table.encode() + pickle.dumps(self.rows, protocol=5)).hexdigest()

@@ -13,6 +13,7 @@ import os
 import re
 import threading
 from collections.abc import Sequence
+from operator import itemgetter
 
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
@@ -22,6 +23,10 @@ from . import Insert, StoreError, StoreMissing, StoreUnavailable, migrations, pa
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _chdb_lock = threading.Lock()
 
+
+# Above this many distinct values of a key column, the stored-keys query asks for their range, not the list
+# (the query stays short, one per table per batch; what the range brings back beyond the batch is dropped).
+MAX_IN_VALUES = 1000
 
 # Inserts are synchronous: a write returns once the rows are in the table (some servers, chdb's among
 # them, buffer inserts asynchronously by default).
@@ -183,38 +188,43 @@ class Store:
         return self._keys[table]
 
     def stored_keys(self, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> set[tuple]:
-        """Keys of ``rows`` already in ``table``: one range query per chunk of the first key column's values."""
-        key = self._key(table, columns)
-        wanted = {tuple(r[i] for i, _, _ in key) for r in rows}
+        """Keys of ``rows`` already in ``table``, in one range query (the first key column's values, or their
+        range when there are many; the other columns' values or time range), whatever the batch's size."""
+        return self._stored(table, self._key(table, columns), set(map(self._key_of(table, columns), rows)))
+
+    def _key_of(self, table: str, columns: Sequence[str]):
+        """A function of a row giving its key, a tuple in key order."""
+        at = [i for i, _, _ in self._key(table, columns)]
+        if len(at) == 1:
+            (i,) = at
+            return lambda row: (row[i],)
+        return itemgetter(*at)
+
+    def _stored(self, table: str, key: list[tuple[int, str, bool]], wanted: set[tuple]) -> set[tuple]:
+        if not wanted:
+            return set()
+        params: dict = {}
+        conds = []
+        for n, (_, expr, is_time) in enumerate(key):
+            values = {k[n] for k in wanted}
+            if is_time or len(values) > MAX_IN_VALUES:
+                params[f"lo{n}"], params[f"hi{n}"] = min(values), max(values)
+                conds.append(f"{expr} BETWEEN %(lo{n})s AND %(hi{n})s")
+            else:
+                params[f"k{n}"] = sorted(values)
+                conds.append(f"{expr} IN %(k{n})s")
         exprs = ", ".join(e for _, e, _ in key)
-        firsts = sorted({k[0] for k in wanted})
-        found: set[tuple] = set()
-        for lo in range(0, len(firsts), 1000):
-            chunk = firsts[lo:lo + 1000]
-            params, conds = {"k0": chunk}, [f"{key[0][1]} IN %(k0)s"]
-            in_chunk = set(chunk)
-            part = [k for k in wanted if k[0] in in_chunk]
-            for n, (_, expr, is_time) in enumerate(key[1:], 1):
-                values = [k[n] for k in part]
-                if is_time:
-                    params[f"lo{n}"], params[f"hi{n}"] = min(values), max(values)
-                    conds.append(f"{expr} BETWEEN %(lo{n})s AND %(hi{n})s")
-                else:
-                    params[f"k{n}"] = sorted(set(values))
-                    conds.append(f"{expr} IN %(k{n})s")
-            rows_found = self.query(f"SELECT {exprs} FROM {table} WHERE {' AND '.join(conds)}", params)
-            found.update(k for k in map(tuple, rows_found) if k in wanted)
-        return found
+        rows_found = self.query(f"SELECT {exprs} FROM {table} WHERE {' AND '.join(conds)}", params)
+        return {k for k in map(tuple, rows_found) if k in wanted}
 
     def prepare(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> Insert:
         """The rows of ``rows`` not stored yet (for tables keyed with ``dedup``; repeats within the batch
         dropped too), ready to insert, with a token that makes a retry of this very insert idempotent."""
         if dedup and rows:
-            seen = self.stored_keys(table, columns, rows)
-            key = [i for i, _, _ in self._key(table, columns)]
+            keys = list(map(self._key_of(table, columns), rows))
+            seen = self._stored(table, self._key(table, columns), set(keys))
             fresh = []
-            for r in rows:
-                k = tuple(r[i] for i in key)
+            for k, r in zip(keys, rows):
                 if k not in seen:
                     seen.add(k)
                     fresh.append(r)
@@ -232,7 +242,9 @@ class Store:
             return 0
         settings = {"insert_deduplication_token": batch.token,
                     "deduplicate_blocks_in_dependent_materialized_views": 1}
-        self._call(self.client.insert, batch.table, batch.rows, column_names=list(batch.columns), settings=settings)
+        columns = list(zip(*batch.rows))        # column-oriented: one column of values per name
+        self._call(self.client.insert, batch.table, columns, column_names=list(batch.columns), settings=settings,
+                   column_oriented=True)
         return len(batch.rows)
 
     def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:

@@ -6,6 +6,8 @@ when the job is gone from the node.
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from .output import Output
 
 # fields of one GPU in a job sample, in order (a compact wire format: a list per GPU, read through the
@@ -14,6 +16,7 @@ JOB_GPU_FIELDS = ("uuid", "index", "util_pct", "sm_clock_mhz", "sm_clock_max_mhz
                   "temp_c", "throttle_reasons", "mem_used_bytes", "mem_total_bytes")
 (UUID, INDEX, UTIL, CLOCK, CLOCK_MAX, POWER, POWER_LIMIT, TEMP, THROTTLE, MEM_USED, MEM_TOTAL) = \
     range(len(JOB_GPU_FIELDS))
+_job_gpu = attrgetter(*JOB_GPU_FIELDS)
 
 
 def job_samples(msg, out: Output, known: set[str], flags=None) -> set[str]:
@@ -25,7 +28,7 @@ def job_samples(msg, out: Output, known: set[str], flags=None) -> set[str]:
     tenants = {}
     for g in msg.gpus:
         if g.job is not None:
-            by_job.setdefault(g.job, []).append([getattr(g, f) for f in JOB_GPU_FIELDS])
+            by_job.setdefault(g.job, []).append(list(_job_gpu(g)))
             tenants[g.job] = g.tenant
     for job, gpus in by_job.items():
         sample = {"job": job, "node": msg.node, "ts": msg.ts, "tenant": tenants[job], "pool": msg.pool,

@@ -17,10 +17,15 @@ def _int(v):
 
 def sample_rows(msg: Telemetry, out: Output) -> None:
     ts_ms, node, pool = round(msg.ts * 1000), msg.node, msg.pool or ""
+    rows = out.rows.get(GPU_SAMPLES)
+    if rows is None:
+        rows = out.rows[GPU_SAMPLES] = []
+    append = rows.append
     for g in msg.gpus:
         procs = g.processes
-        out.row(GPU_SAMPLES, (
+        used, total = g.mem_used_bytes, g.mem_total_bytes
+        append((
             ts_ms, node, pool, g.uuid, g.index, g.tenant or "", g.job or "", g.util_pct, g.mem_util_pct,
-            _int(g.mem_used_bytes), _int(g.mem_total_bytes), g.power_w, g.temp_c, g.sm_clock_mhz,
-            g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, g.throttle_reasons, g.xid_events,
-            [p.pid for p in procs], [_int(p.mem_used_bytes) or 0 for p in procs]))
+            None if used is None else int(used), None if total is None else int(total), g.power_w, g.temp_c,
+            g.sm_clock_mhz, g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, g.throttle_reasons, g.xid_events,
+            [p.pid for p in procs] if procs else [], [_int(p.mem_used_bytes) or 0 for p in procs] if procs else []))

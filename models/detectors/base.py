@@ -37,6 +37,8 @@ class Decider(Protocol):
 
     def score(self, x: list[float]) -> float: ...
 
+    def score_many(self, xs: Sequence[Sequence[float]]) -> list[float]: ...
+
 
 def window_s(interval: float | None) -> float:
     """The window of a target sampled every ``interval`` seconds: a minute, or three samples."""

@@ -180,12 +180,12 @@ class Detector:
                                                            1.0 if last.job is not None else 0.0],
                              {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
         seen = set()
-        for job, samples in sorted(by_job.items()):
-            x = features(samples, host)
+        judged = [(job, samples, features(samples, host)) for job, samples in sorted(by_job.items())]
+        scores = decider.score_many([x for _, _, x in judged])
+        for (job, samples, x), score in zip(judged, scores):
             target = f"{node}/{job}"
             key = f"{KIND}:{target}"
             seen.add(key)
-            score = decider.score(x)
             path, also = cause(x)
             f = dict(zip(FEATURES, x))
             info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),

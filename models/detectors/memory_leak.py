@@ -166,12 +166,16 @@ class Detector:
         self.incidents = Incidents()
 
     def add(self, msg, decider: Decider, ctx) -> None:
-        """One node message (in ts order); the GPUs whose process just restarted go into ``ctx.flags.quiet``."""
+        """One node message (in ts order); the GPUs whose process just restarted go into ``ctx.flags.quiet``.
+        The GPUs whose minute closed with it are judged together (their windows scored in one batch)."""
+        due: list[tuple] = []
         for g in msg.gpus:
-            self._sample(msg, g, decider, ctx.out, ctx.recorder)
+            self._sample(msg, g, due)
+        if due:
+            self._evaluate(msg, due, decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
 
-    def _sample(self, msg, g, decider: Decider, out: Output, recorder: Recorder | None) -> None:
+    def _sample(self, msg, g, due: list[tuple]) -> None:
         if g.mem_used_bytes is None or not g.mem_total_bytes:
             return
         ts, minute = msg.ts, int(msg.ts // 60)
@@ -187,7 +191,8 @@ class Detector:
             del m.minutes[:-HISTORY_MINUTES]
             del m.loads[:-HISTORY_MINUTES]
             m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
-            self._evaluate(msg, g, m, decider, out, recorder)
+            x = features(m.minutes, m.total, (msg.ts - m.since) / 60.0, m.loads) if m.pid is not None else None
+            due.append((g, x, m.pid, m.minutes[-1], m.total))
         m.peak = max(m.peak, g.mem_used_bytes)
         if g.util_pct is not None:
             m.util_sum += g.util_pct
@@ -198,23 +203,26 @@ class Detector:
         return {u for u, m in self.tracks.items()
                 if m.restarted_at is not None and ts - m.restarted_at < RESTART_QUIET_S}
 
-    def _evaluate(self, msg, g, m: MemoryTrack, decider: Decider, out: Output, recorder: Recorder | None) -> None:
-        key = f"{KIND}:{g.uuid}"
-        x = features(m.minutes, m.total, (msg.ts - m.since) / 60.0, m.loads) if m.pid is not None else None
-        if x is None:
-            if key in self.incidents.by_key:
-                self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
-            return
-        score = decider.score(x)
-        oom = minutes_to_oom(x)
-        info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
-                "index": g.index, "pid": m.pid, "score": round(score, 4),
-                "rate_gb_h": x[FEATURES.index("slope_30")] * m.total / 1e9,
-                "used_gb": m.minutes[-1] / 1e9, "total_gb": m.total / 1e9, "to_oom_min": oom,
-                "severity": "critical" if oom <= CRITICAL_MIN else "warning"}
-        if recorder is not None:
-            recorder(KIND, key, msg.ts, x, info)
-        self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe)
+    def _evaluate(self, msg, due: list[tuple], decider: Decider, out: Output, recorder: Recorder | None) -> None:
+        """The closed minutes of one message's GPUs, in the message's GPU order: ``(gpu, features or None,
+        pid, the minute's peak, the GPU's memory)``."""
+        scores = iter(decider.score_many([x for _, x, _, _, _ in due if x is not None]))
+        for g, x, pid, used, total in due:
+            key = f"{KIND}:{g.uuid}"
+            if x is None:
+                if key in self.incidents.by_key:
+                    self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
+                continue
+            score = next(scores)
+            oom = minutes_to_oom(x)
+            info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
+                    "index": g.index, "pid": pid, "score": round(score, 4),
+                    "rate_gb_h": x[FEATURES.index("slope_30")] * total / 1e9,
+                    "used_gb": used / 1e9, "total_gb": total / 1e9, "to_oom_min": oom,
+                    "severity": "critical" if oom <= CRITICAL_MIN else "warning"}
+            if recorder is not None:
+                recorder(KIND, key, msg.ts, x, info)
+            self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe)
 
     def to_state(self) -> dict:
         return {"tracks": {u: save_fields(m) for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}

@@ -224,7 +224,8 @@ class Detector:
                                       "held": held or uuid in self.quiet, **_numbers(stats, uuid, x)}))
         for _, _, info in entries:
             info.setdefault("held", held)
-        scored = [(target, x, info, decider.score(x)) for target, x, info in entries]
+        scores = decider.score_many([x for _, x, _ in entries])
+        scored = [(target, x, info, score) for (target, x, info), score in zip(entries, scores)]
         positives = decide(scored, decider)
         seen = set()
         for (target, x, info, score), positive in zip(scored, positives):

@@ -112,3 +112,21 @@ def test_an_embedded_run_fills_every_table(store):
     assert counts["gpu_rollup_1m"] == 2 * 4 * 120
     gpus_per_minute = store.query("SELECT DISTINCT sum(gpus) FROM pool_usage_1m GROUP BY minute")
     assert gpus_per_minute == [(8,)]
+
+
+def test_a_batch_of_many_keys_costs_one_stored_keys_query_and_keeps_only_new_rows(store, monkeypatch):
+    from gpufleet.sql import store as store_module
+    template = rollup_rows()[GPU_ROLLUP][0]
+    uuid_at = GPU_ROLLUP.columns.index("gpu_uuid")
+    # more GPUs than the query lists by value: their range is asked for instead
+    rows = [template[:uuid_at] + (f"GPU-{i:05d}",) + template[uuid_at + 1:]
+            for i in range(store_module.MAX_IN_VALUES + 500)]
+    store.write("gpu_rollup_1m", GPU_ROLLUP.columns, rows[::2])
+    queries = []
+    real = store.query
+    monkeypatch.setattr(store, "query", lambda sql, parameters=None: queries.append(sql) or real(sql, parameters))
+    batch = store.prepare("gpu_rollup_1m", GPU_ROLLUP.columns, rows + rows[:10])
+    assert len(queries) == 1 and "BETWEEN" in queries[0]
+    assert sorted(batch.rows) == sorted(rows[1::2])
+    store.insert(batch)
+    assert store.query("SELECT count(), uniqExact(gpu_uuid) FROM gpu_rollup_1m") == [(len(rows), len(rows))]

@@ -1,5 +1,6 @@
 """The detectors' features, the model artifact, the incident logic and the scoring rule."""
 import json
+import random
 
 import pytest
 
@@ -174,3 +175,20 @@ def test_scoring_follows_the_rule():
     assert leak.leak_long == 1 and leak.leak_leads_s == [1000] and leak.leak_early_share == 1.0
     assert rep.kinds["idle"].delays_s == [50]                           # from start plus the idle window
     assert rep.false_per_1000h() == pytest.approx(1000 * 2 / 2000)
+
+
+def test_windows_scored_in_a_batch_score_as_one_at_a_time_to_the_last_bit():
+    rng = random.Random(7)
+    for kind, km in Model.default().kinds.items():
+        splits = sorted({t for tree in km.trees for t, left in zip(tree["t"], tree["l"]) if left != -1})
+        # values on each side of every split, exactly on the splits, missing (nan), zeros, and wild ones
+        def value(splits=splits):
+            pick = rng.randrange(5)
+            return (rng.uniform(-1.0, 2.0), rng.choice(splits), float("nan"), 0.0, rng.uniform(-1e6, 1e6))[pick]
+        xs = [[value() for _ in km.features] for _ in range(2000)]
+        one_by_one = [km.score(x) for x in xs]
+        assert km.score_many(xs) == one_by_one, kind
+        assert [s for lo in range(0, 2000, 7) for s in km.score_many(xs[lo:lo + 7])] == one_by_one, kind
+        assert km.score_many([]) == []
+    untrained = Model.untrained().kinds["straggler"]
+    assert untrained.score_many([[0.0] * len(untrained.features)] * 3) == [0.5] * 3

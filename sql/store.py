@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from operator import itemgetter
 
 import clickhouse_connect
@@ -140,7 +142,50 @@ class Store:
         self.command("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
                      "checksum String, applied_at DateTime('UTC') DEFAULT now()) "
                      "ENGINE = ReplacingMergeTree ORDER BY version")
-        applied = {v: c for v, c in self.query("SELECT version, checksum FROM schema_migrations FINAL")}
+        applied = self._applied()
+        if all(m.version in applied for m in migrations()):
+            self._check_applied(applied)
+            return []
+        with self._migration_lock():
+            return self._apply()
+
+    def _applied(self) -> dict[int, str]:
+        return {v: c for v, c in self.query("SELECT version, checksum FROM schema_migrations FINAL")}
+
+    def _check_applied(self, applied: dict[int, str]) -> None:
+        for m in migrations():
+            if applied.get(m.version, m.checksum) != m.checksum:
+                raise StoreError(f"migration {m.name} differs from the one applied to {self.database}; "
+                                 "add a new migration instead of editing an applied one")
+
+    @contextmanager
+    def _migration_lock(self, wait_s: float = 300.0, stale_s: float = 300.0):
+        """One migrating process at a time (two workers started together): creating a table succeeds
+        for one caller only; a lock older than ``stale_s`` (its holder died) is broken."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.command("CREATE TABLE schema_migrations_lock (holder String) ENGINE = Memory")
+                break
+            except StoreError as err:
+                if "already exists" not in str(err).lower() and "TABLE_ALREADY_EXISTS" not in str(err):
+                    raise
+            age = self.query("SELECT dateDiff('second', metadata_modification_time, now()) FROM system.tables "
+                             "WHERE database = %(db)s AND name = 'schema_migrations_lock'", {"db": self.database})
+            if age and age[0][0] > stale_s:
+                self.command("DROP TABLE IF EXISTS schema_migrations_lock")
+                continue
+            if time.monotonic() > deadline:
+                raise StoreError(f"another process has been migrating {self.database} for over {wait_s:.0f} s "
+                                 "(table schema_migrations_lock); drop it if no migration is running")
+            time.sleep(0.5)
+        try:
+            yield
+        finally:
+            self.command("DROP TABLE IF EXISTS schema_migrations_lock")
+
+    def _apply(self) -> list[str]:
+        applied = self._applied()
         done = []
         for m in migrations():
             if m.version in applied:

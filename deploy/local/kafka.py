@@ -228,7 +228,7 @@ def start(args: argparse.Namespace) -> None:
     if not (data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = java_cmd(jars, home, "kafka.tools.StorageTool", "format", "--standalone",
-                       "-t", cluster_id, "-c", str(props))
+                       f"--cluster-id={cluster_id}", "-c", str(props))   # an id may start with "-"
         with open(log_file, "ab") as out:
             if subprocess.call(fmt, stdout=out, stderr=subprocess.STDOUT) != 0:
                 die(f"formatting Kafka storage failed, see {log_file}")

@@ -130,3 +130,40 @@ def test_a_batch_of_many_keys_costs_one_stored_keys_query_and_keeps_only_new_row
     assert sorted(batch.rows) == sorted(rows[1::2])
     store.insert(batch)
     assert store.query("SELECT count(), uniqExact(gpu_uuid) FROM gpu_rollup_1m") == [(len(rows), len(rows))]
+
+
+def test_processes_migrating_one_new_database_at_once_apply_each_migration_once(clickhouse_url):
+    # two workers started together on a new database: migration 0005 drops what 0002 made, so two
+    # processes interleaving them failed ("Unknown table expression identifier") or revived dropped views
+    import threading
+    import uuid
+
+    from gpufleet.sql.store import Store
+
+    database = f"t_{uuid.uuid4().hex[:12]}"
+    stores = [Store.connect(clickhouse_url, database, create=True) for _ in range(4)]
+    done, errors = [], []
+
+    def run(store):
+        try:
+            done.append(store.migrate())
+        except Exception as err:     # noqa: BLE001 (the assertion below reports it)
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        applied = [name for names in done for name in names]
+        assert sorted(applied) == sorted(m.name for m in migrations())        # each applied by one process
+        tables = {name for (name,) in stores[0].query(
+            "SELECT name FROM system.tables WHERE database = %(db)s", {"db": database})}
+        assert "pool_rollup_1m_mv" not in tables and "schema_migrations_lock" not in tables
+        assert [v for v, _ in stores[0].applied()] == [m.version for m in migrations()]
+    finally:
+        stores[0].drop()
+        for s in stores:
+            s.close()

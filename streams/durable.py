@@ -181,6 +181,8 @@ class Stage:
         self.lock = asyncio.Lock()
         self.ack: Callable[[Any], Awaitable[Any]] | None = None
         self.pending_since: float | None = None      # when the oldest result not yet durable came
+        self.last_call: float | None = None          # when batch or tick was last called
+        self.resume_at = 0.0                         # after a pause, nothing is done before then
         # Acknowledgements go out in offset order only (see faust_compat.py: Faust may commit past an
         # input that is not acknowledged when it is the only one at the committed offset).
         self.received: dict = {}      # tp -> {offset: input} not acknowledged yet
@@ -207,6 +209,7 @@ class Stage:
 
         ``ack`` acknowledges one input (Faust's ``stream.ack``); it is kept for :meth:`tick`."""
         self.ack = ack
+        await self._after_pause()
         async with self.lock:
             inputs = self._in_order(self._fresh(inputs))
             await self._reread_missing()
@@ -238,10 +241,24 @@ class Stage:
         if self.ack is not None:
             await self.batch([], self.ack)
 
+    async def _after_pause(self) -> None:
+        """The timers call in every second; a longer silence means this process was frozen (SIGSTOP, a
+        stalled VM). Its group may have given its partitions away meanwhile: give the consumer a moment
+        to hear of it before acting on the wall clock (idle nodes close their windows) and publishing
+        what a partition's new owner publishes too, from the inputs it replays."""
+        now = time.monotonic()
+        last, self.last_call = self.last_call, now
+        if last is not None and now - last > self.session_s:
+            self.metrics.event(self.name, "pauses")
+            self.resume_at = now + min(3.0, self.session_s / 2)
+        if now < self.resume_at:                     # every caller waits, not only the first to notice
+            await asyncio.sleep(self.resume_at - now)
+
     async def tick(self) -> None:
         """Called periodically: make pending results durable once the sink is due, even without new input."""
         if self.ack is None or self.pending_since is None:
             return
+        await self._after_pause()
         async with self.lock:
             if self.due():
                 await self._make_durable(self.ack)

@@ -264,3 +264,24 @@ def test_an_input_not_delivered_holds_its_partition_and_is_read_again():
     w.run(msgs[2:])
     assert w.acked == [0, 1, 2, 3, 4] and w.store.count("gpu_samples") == 5
     assert w.counted("out_of_order_skipped") == 4
+
+
+def test_after_a_pause_a_worker_waits_to_hear_of_a_rebalance_before_acting():
+    # frozen (SIGSTOP) past its session: the inputs it then holds belong to a generation the group revoked
+    # meanwhile; acting on them at once would publish events the partitions' new owner publishes too
+    w = World()
+    w.run(events(ticks(2)))
+    assert w.acked == [0]
+    sent = len(w.bus.sent)
+
+    async def scenario():
+        w.stage.last_call -= w.stage.session_s + 1          # the last call was before the pause
+        task = asyncio.create_task(w.stage.batch(events(ticks(4, t0=1010.0), start=2), w.ack))
+        await asyncio.sleep(0.2)
+        assert not task.done(), "the first call after a pause waits"
+        w.rebalances.revoked(consumer_generation=1)        # the consumer hears of it meanwhile
+        w.stage.forget()
+        await task
+    asyncio.run(scenario())
+    assert w.acked == [0] and len(w.bus.sent) == sent and w.counted("stale_skipped") == 4
+    assert w.counted("pauses") == 1

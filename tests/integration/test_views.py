@@ -46,7 +46,7 @@ def fleet(clickhouse_url, tmp_path_factory):
     kind, forecasts and scale decisions, the billing ledger."""
     work = tmp_path_factory.mktemp("views")
     telemetry = work / "telemetry.jsonl"
-    out = gpufleet("simulate", "--nodes", "4", "--gpus-per-node", "4", "--hours", "5", "--faults", "1",
+    out = gpufleet("simulate", "--nodes", "4", "--gpus-per-node", "4", "--hours", "5", "--faults", "1", "--seed", "5",
                    "-o", str(telemetry))
     assert out.returncode == 0, out.stderr
     database = f"views_{uuid.uuid4().hex[:10]}"
@@ -150,8 +150,8 @@ def test_the_json_behind_every_chart_agrees_with_the_store(fleet, served):
                                "GROUP BY tenant"))
     assert {t["tenant"]: Decimal(t["amount"]) for t in billing["tenants"]} == monthly
     assert billing["month"] == "2026-01"
-    # a period in the past: the state then (the straggler of 04:01 was firing at 04:10)
-    then = get_json(f"{served}/v1/fleet/alerts?to=2026-01-05T04:10&hours=1")
+    # a period in the past: the state then (the straggler of 00:49 was firing at 01:00)
+    then = get_json(f"{served}/v1/fleet/alerts?to=2026-01-05T01:00&hours=1")
     assert "straggler" in {a["kind"] for a in then["firing"]}
     # errors say what is wrong
     for url, code, words in (("/v1/fleet/heatmap?to=someday", 400, "to: 'someday'"),
@@ -263,14 +263,14 @@ def test_the_fleet_page_in_chromium(browser, served, fleet):
     # the idle GPU is marked, with its cost so far
     assert browser.find_elements(By.CSS_SELECTOR, 'svg[data-chart="heatmap"] path.idle-now')
     idle_table = browser.find_element(By.CSS_SELECTOR, 'section[data-section="heatmap"] table').text
-    assert "wayne-ml" in idle_table and "USD" in idle_table
+    assert "stark-research" in idle_table and "USD" in idle_table
     assert console_errors(browser) == []
     screenshot(browser, "fleet-page.png")
     print(f"fleet page loaded in {loaded:.2f} s")
     # a firing incident's link opens the telemetry around it
     link = browser.find_element(By.CSS_SELECTOR, 'section[data-section="alerts"] table.incidents a[href^="incident"]')
     link.click()
-    assert browser.title.startswith("gpufleet · idle on node-003")
+    assert browser.title.startswith("gpufleet · idle on node-001")
     for key in ("util_pct", "sm_clock_mhz", "mem_used_bytes", "power_w"):
         assert [m for _, m in charts_in(browser, f"gpu-{key}")][0] > 0, key
     assert console_errors(browser) == []
@@ -349,8 +349,8 @@ def test_top_under_tmux(fleet, clickhouse_url):
         pools = {p for (p,) in fleet.query("SELECT DISTINCT pool FROM gpu_rollup_1m")}
         for pool in pools:
             assert re.search(rf"^{re.escape(pool)}\s+\[█*[ ▏▎▍▌▋▊▉█]*\]\s+\d+%", shown, re.M), pool
-        assert "FIRING ALERTS (1)" in shown and re.search(r"^idle\s+warning\s+03:41\s+node-003", shown, re.M)
-        assert re.search(r"node-003\s+3\s+l40s-pcie-central\s+wayne-ml\s+hold-0017\s+\d+%\s+\d+ min\s+[\d.]+ USD",
+        assert "FIRING ALERTS (1)" in shown and re.search(r"^idle\s+warning\s+04:34\s+node-001", shown, re.M)
+        assert re.search(r"node-001\s+2\s+h100-sxm-east\s+stark-research\s+nb-0007\s+\d+%\s+\d+ min\s+[\d.]+ USD",
                          shown), "the idle GPU, how long and what it cost, with its pool and job on a wide screen"
         subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True, timeout=30)
         wait_for(lambda s: "exit=0" in s, 15)

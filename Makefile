@@ -68,7 +68,7 @@ bench: $(VENV)/.installed-test
 # the held-out family (bench/evalfleet: five fleets, 6,720 GPU-hours) is generated once into EVAL_DIR
 EVAL_DIR ?= .eval
 eval: $(VENV)/.installed-test
-	@test -f $(EVAL_DIR)/heldout.labels.jsonl || $(PY) -m bench.evalfleet --seed 1 --fleets 5 \
+	@mkdir -p $(EVAL_DIR); test -f $(EVAL_DIR)/heldout.labels.jsonl || $(PY) -m bench.evalfleet --seed 1 --fleets 5 \
 	  -o $(EVAL_DIR)/heldout.telemetry.jsonl.gz --labels $(EVAL_DIR)/heldout.labels.jsonl
 	$(VENV)/bin/gpufleet model eval --seeds 9001 --held-out $(EVAL_DIR) --chart $(EVAL_DIR)/eval.png \
 	  --report $(EVAL_DIR)/eval.json

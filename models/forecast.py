@@ -24,6 +24,7 @@ Plain numpy and scikit-learn; nothing here knows Kafka or ClickHouse.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,7 +76,7 @@ class History:
 
 
 # -- the candidates ------------------------------------------------------------
-class Method:
+class Method(ABC):
     """A candidate: fitted on ``y[:end]``, then forecasts ``horizon`` steps from any origin ``o`` using
     ``y[:o]`` only (``o`` at least :meth:`min_origin`)."""
 
@@ -89,9 +90,9 @@ class Method:
         """Fit on the first ``end`` steps; False when there is too little history for this candidate."""
         return end >= self.min_origin(hist)
 
+    @abstractmethod
     def predict(self, hist: History, origins: np.ndarray, horizon: int) -> np.ndarray:
         """Forecasts, one row per origin, ``horizon`` columns."""
-        raise NotImplementedError
 
 
 class LastValue(Method):

@@ -234,6 +234,9 @@ class _Unbuilt(Receiver):
     def __init__(self, name: str, config):
         self.name, self.config, self.secrets = name, config, {}
 
+    def requests(self, notification) -> list:
+        raise RuntimeError(f"receiver {self.name} was only checked (no secret read): it does not deliver")
+
 
 def _matching(route: Route, values: dict[str, str]) -> list[Route]:
     if not all(m.matches(values) for m in route.matchers):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -132,7 +133,7 @@ def classify(response: Response, detail: str | None = None) -> Verdict:
     return Verdict("rejected", text)
 
 
-class Receiver:
+class Receiver(ABC):
     """One receiver: a name from the routing file and its settings. Subclasses set the class
     attributes and implement :meth:`requests`."""
 
@@ -157,8 +158,9 @@ class Receiver:
         c = self.config
         return (c.rate_per_s if c.rate_per_s is not None else rate, c.burst if c.burst is not None else burst)
 
+    @abstractmethod
     def requests(self, notification: Notification) -> list[Request]:
-        raise NotImplementedError
+        """The HTTP requests that deliver ``notification`` to this receiver."""
 
     def sign(self, request: Request) -> dict[str, str]:
         """Headers computed at each attempt (a signature over a fresh timestamp); none by default."""

@@ -51,7 +51,9 @@ class Gate:
              ref=None) -> tuple[str, list[tuple[Telemetry, list]]]:
         """Admit one message; returns its status and the ``(message, refs)`` now released, in ts order."""
         ts = msg.ts
-        if self.max_ts is not None and ts < self.max_ts - lateness_s:
+        if self.max_ts is not None and (ts < self.max_ts - lateness_s or ts in self.released):
+            # a time released already is a repeat even within the lateness: the end of input (drain)
+            # releases the newest messages before the watermark passes them
             return (DUPLICATE if ts in self.released else LATE), []
         held = self.pending.get(ts)
         if held is not None:

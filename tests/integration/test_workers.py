@@ -169,13 +169,8 @@ class Workers:
             self.bootstrap, f"{self.prefix}.billing", f"check-{uuid.uuid4().hex[:6]}", idle_timeout_s=5, to_end=True)}
 
 
-def assert_same_as_replay(workers: Workers, recording, known_billing_extras: bool = False) -> None:
-    """The store's rows, the alerts and the billing records as the embedded replay gives them.
-
-    ``known_billing_extras``: a known defect, open: after a SIGKILL and the takeovers that follow, a worker
-    may publish, for a few GPUs, a billing record of a period closed on an incomplete view (6-7 samples of
-    the first hour) besides the right one. The ledger in the store is right (its later row replaces it);
-    the topic carries both. Then every right record must still be there, and the test is marked xfail."""
+def assert_same_as_replay(workers: Workers, recording) -> None:
+    """The store's rows, the alerts and the billing records as the embedded replay gives them."""
     _, expected, expected_alerts, expected_billing = recording
     workers.processed()
     store = Store.connect(workers.clickhouse_url, workers.database)
@@ -187,11 +182,7 @@ def assert_same_as_replay(workers: Workers, recording, known_billing_extras: boo
     finally:
         store.close()
     assert workers.alerts() == expected_alerts
-    billing = workers.billing()
-    if known_billing_extras and billing != expected_billing:
-        assert expected_billing <= billing, "billing records missing"
-        pytest.xfail(f"known defect: {len(billing - expected_billing)} extra billing records on the topic")
-    assert billing == expected_billing
+    assert workers.billing() == expected_billing
 
 
 def wait_until(predicate, timeout_s: float, what: str) -> None:
@@ -254,7 +245,7 @@ def test_a_worker_killed_mid_stream_and_restarted_changes_nothing(workers, recor
     assert "rebalance: partitions assigned" in log and "INFO" in log    # the takeover is logged by default
     workers.start("a")
     sender.join()
-    assert_same_as_replay(workers, recording, known_billing_extras=True)
+    assert_same_as_replay(workers, recording)
 
 
 def test_clickhouse_down_for_30_s_changes_nothing(kafka_bootstrap, own_clickhouse, tmp_path, recording):

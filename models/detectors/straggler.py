@@ -12,10 +12,19 @@ straggler), its excess temperature. A whole node counts as its typical GPU, agai
 
 When the question applies (``applies``), and what is evidence:
 
-- only jobs that work in lockstep and are working: the job's median utilization at least
-  ``WORKING_UTIL`` (a checkpoint, an evaluation pause, a service at low load are not judged); replicas
-  of a service are independent: idle or lightly loaded ones never are judged, and a clock difference
-  counts only between GPUs that are busy (an idle GPU parks its clock, which says nothing);
+- only jobs that are working: the job's median utilization at least ``WORKING_UTIL`` (a checkpoint, an
+  evaluation pause, a service at low load are not judged); idle or lightly loaded replicas never are
+  judged, and a clock difference counts only between GPUs that are busy (an idle GPU parks its clock,
+  which says nothing);
+- only jobs whose GPUs work in lockstep, told from how their utilization moves (``lockstep``): every
+  step of a synchronous job waits for all its GPUs, so when the job's pace changes (a checkpoint, an
+  evaluation, a stall, a slow peer) every GPU's utilization changes together. Each epoch the job keeps
+  its GPUs' mean utilization; over the last ``LOCKSTEP_EPOCHS`` epochs a GPU *moved alone* when its
+  utilization changed by ``BIG_MOVE`` points or more from one epoch to the next and fewer than a third
+  of the job's other GPUs moved the same way by half as much. When at least half of the job's GPUs (and
+  at least two) moved alone, the job runs independent work (a batch sweep, replicas of a service): it is
+  not judged. One GPU, or one node of several, moving alone is what a straggler looks like, and GPUs
+  that hold steady give no evidence either way: those jobs are judged;
 - not while a node of the job is starved of input (IO starvation takes precedence: every GPU then waits,
   and the page would name the wrong GPUs), nor on a GPU whose process just restarted (a leak's OOM).
 
@@ -56,6 +65,8 @@ LEVEL = "gpu"
 FEATURES = ("clock_deficit", "util_behind", "util_ahead", "power_deficit", "throttle_frac", "throttle_excess",
             "cap_frac", "temp_excess", "job_util", "busy_frac", "samples_frac", "slowdown", "multi_node")
 WORKING_UTIL = 40.0          # the job's median utilization under which it is not judged
+LOCKSTEP_EPOCHS = 20         # epochs of per-GPU utilization kept to tell lockstep (10 minutes at 30 s)
+BIG_MOVE = 15.0              # points of utilization from one epoch to the next that count as a move
 BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
 
 
@@ -139,6 +150,28 @@ def features(stats: dict[str, Stats], expected_samples: int, multi_node: bool) -
     return out
 
 
+def lockstep(history: deque[dict[str, float]]) -> bool:
+    """Whether the job's GPUs move together (see the module docstring): ``history`` holds, per epoch, each
+    GPU's mean utilization. False only when at least half of the job's GPUs, and at least two, moved
+    alone: a big move that fewer than a third of the others shared."""
+    alone: set[str] = set()
+    seen: set[str] = set()
+    epochs = list(history)
+    for before, after in zip(epochs, epochs[1:]):
+        delta = {u: after[u] - before[u] for u in after if u in before}
+        seen.update(delta)
+        if len(delta) < 2:
+            continue
+        for u, d in delta.items():
+            if u in alone or abs(d) < BIG_MOVE:
+                continue
+            others = [v for w, v in delta.items() if w != u]
+            along = sum(1 for v in others if v * d > 0 and abs(v) >= BIG_MOVE / 2)
+            if 3 * along < len(others):
+                alone.add(u)
+    return len(alone) < max(2, (len(seen) + 1) // 2)
+
+
 def applies(x: list[float]) -> bool:
     """Judged only while the job works (see the module docstring)."""
     return x[FEATURES.index("job_util")] * 100.0 >= WORKING_UTIL
@@ -152,7 +185,7 @@ def baseline(x: list[float]) -> bool:
 class Detector:
     """The straggler detector of one job."""
 
-    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet")
+    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history")
 
     def __init__(self) -> None:
         self.gpus: dict[str, deque[JobPoint]] = {}
@@ -160,6 +193,7 @@ class Detector:
         self.epoch: int | None = None
         self.interval = 5.0
         self.quiet: dict[str, float] = {}               # node or GPU uuid -> until when it is left out
+        self.history: deque[dict[str, float]] = deque(maxlen=LOCKSTEP_EPOCHS)   # per epoch: uuid -> util
         self.incidents = Incidents()
 
     def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
@@ -204,11 +238,13 @@ class Detector:
             windows[uuid] = samples
         expected = max(1, round(window_s(self.interval) / self.interval))
         stats = {u: s for u, s in ((u, _stats(w)) for u, w in windows.items()) if s is not None}
+        self.history.append({u: s.util for u, s in stats.items()})
         nodes = sorted({self.where[u][0] for u in stats})
         multi = len(nodes) >= 2
         held = any(n in self.quiet for n in nodes)      # a node of the job starved of input: not judged
+        independent = not lockstep(self.history)        # independent work: nobody waits, not judged
         entries: list[tuple[str, list[float], dict]] = []
-        base = {"job": job, "tenant": tenant, "pool": pool}
+        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent}
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: _typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             for n, x in features(node_stats, expected, True).items():
@@ -224,6 +260,7 @@ class Detector:
                                       "held": held or uuid in self.quiet, **_numbers(stats, uuid, x)}))
         for _, _, info in entries:
             info.setdefault("held", held)
+            info["held"] = info["held"] or independent
         scores = decider.score_many([x for _, x, _ in entries])
         scored = [(target, x, info, score) for (target, x, info), score in zip(entries, scores)]
         positives = decide(scored, decider)
@@ -243,11 +280,13 @@ class Detector:
         """The job is gone from every node."""
         self.incidents.close_all(ts, describe, out)
         self.gpus, self.where, self.epoch, self.quiet = {}, {}, None, {}
+        self.history.clear()
 
     def to_state(self) -> dict:
         return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
-                "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet}
+                "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
+                "history": list(self.history)}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
@@ -257,6 +296,7 @@ class Detector:
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
             d.incidents = Incidents.from_state(state["incidents"])
+            d.history.extend(state.get("history", ()))      # absent from state saved before it was kept
         except (KeyError, AttributeError, TypeError):
             raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
                              "incidents") from None

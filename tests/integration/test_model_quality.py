@@ -18,12 +18,18 @@ from gpufleet.models.train import record, train_on_simulations
 
 pytestmark = pytest.mark.slow
 
-SIZE_GOALS = ("at least 30 faults", "GPU-hours")
+
+def size_goal(goal: str) -> bool:
+    """The two goals on the evaluation's size (faults of each kind, GPU-hours), which a test fleet is below."""
+    return goal.endswith(" faults") or (goal.startswith("at least ") and goal.endswith(" GPU-hours"))
+
+
 DETECTED = ("straggler", "io_starvation", "memory_leak")
 # goals the packaged model misses on seed 503 (QUALITY.md), each with the floor it must keep
 MISSED_ON_503 = {"straggler: F1": 0.85, "memory_leak: F1": 0.78,
                  "leaks of 30+ min: alert 10+ min before the OOM": None,        # 3 of 4 then
-                 "leaks growing an hour or more: alerted within 60 min": None}  # 4 of 6 then
+                 "leaks growing an hour or more: alerted within 60 min": None,  # 4 of 6 then
+                 "false alerts <= 1 per 1,000 GPU-hours": None}                # 2.6 then (4 incidents)
 
 
 def scored(model: Model, spec: FleetSpec) -> tuple[dict, object]:
@@ -40,13 +46,14 @@ def test_the_packaged_model_holds_its_goals_on_a_fleet_it_never_saw():
     reports, rec = scored(model, spec)
     det = reports["detectors"]
     assert all(det.kinds[k].faults >= 16 for k in DETECTED)
-    failed = [(goal, value) for goal, ok, value in goals(reports) if not ok and not any(s in goal for s in SIZE_GOALS)
+    failed = [(goal, value) for goal, ok, value in goals(reports) if not ok and not size_goal(goal)
               and not any(goal.startswith(m) for m in MISSED_ON_503)]
     assert not failed, json.dumps(failed)
     for kind in DETECTED:
         floor = MISSED_ON_503.get(f"{kind}: F1", 0.9)
         assert det.kinds[kind].f1 >= floor, (kind, det.kinds[kind].f1)
     assert det.kinds["memory_leak"].leak_early_share >= 0.5
+    assert det.false_per_1000h() <= 3.5                     # measured: 2.6 (3 IO starvation, 1 leak); the goal is 1
     alerts = [a for a in rec.alerts if a["status"] == "firing" and a["kind"] == "straggler"]
     assert alerts and all(a["summary"] and a["evidence"]["peers"] >= 1 for a in alerts)
 
@@ -89,8 +96,8 @@ def test_the_packaged_model_on_a_held_out_fleet(tmp_path):
     det = evaluate_recording(rec, with_baselines=False)["detectors"]
     assert all(det.kinds[k].faults >= 10 for k in DETECTED)
     assert det.kinds["idle"].f1 == 1.0 and det.kinds["idle"].faults >= 50     # the idle rule is exact
-    floors = {"straggler": 0.65, "io_starvation": 0.15, "memory_leak": 0.7}  # measured: 0.70, 0.18, 0.78
+    floors = {"straggler": 0.7, "io_starvation": 0.15, "memory_leak": 0.7}  # measured: 0.75, 0.18, 0.78
     for kind, floor in floors.items():
         assert det.kinds[kind].f1 >= floor, (kind, det.kinds[kind].f1)
         assert det.kinds[kind].precision >= 0.8, (kind, det.kinds[kind].precision)
-    assert det.false_per_1000h() <= 5.0                                      # measured: 3.97; the goal is 1
+    assert det.false_per_1000h() <= 1.0                 # the goal; measured: 0 (3.97 before the lockstep rule)

@@ -55,6 +55,54 @@ def test_a_starved_node_holds_its_job_back_from_being_judged():
     assert straggler.decide([(entry[0], x, {**entry[2], "held": True}, 0.9)], decider) == [False]
 
 
+def moves(epochs):
+    """A job's per-epoch utilization history from {gpu: [util per epoch]}."""
+    n = len(next(iter(epochs.values())))
+    return [{g: u[i] for g, u in epochs.items()} for i in range(n)]
+
+
+def test_lockstep_is_told_from_how_the_gpus_utilization_moves():
+    steady = moves({f"g{i}": [95.0] * 20 for i in range(8)})
+    assert straggler.lockstep(steady)                       # no evidence either way: judged
+    checkpoints = moves({f"g{i}": [95.0, 95, 2, 95, 95, 60, 95] * 3 for i in range(8)})
+    assert straggler.lockstep(checkpoints)                  # every GPU dips together
+    sweep = moves({f"g{i}": [95.0] * i + [0.0] + [95.0] * (19 - i) for i in range(8)})
+    assert not straggler.lockstep(sweep)                    # each GPU between tasks at its own time
+    one = moves({f"g{i}": [95.0] * 20 for i in range(7)} | {"slow": [95.0, 60] * 10})
+    assert straggler.lockstep(one)                          # an intermittent straggler moves alone
+    node = moves({f"g{i}": [95.0] * 20 for i in range(8)} | {f"n2g{i}": [95.0, 55] * 10 for i in range(8)})
+    assert straggler.lockstep(node)                         # a slow node's GPUs move together
+    pair = moves({"a": [95.0, 95, 40, 95] * 5, "b": [95.0] * 20})
+    assert straggler.lockstep(pair)                         # two GPUs, one moving alone: a straggler
+    assert not straggler.lockstep(moves({"a": [95.0, 95, 40, 40] * 5, "b": [95.0, 40, 40, 95] * 5}))  # each alone
+
+
+def test_gpus_of_independent_work_are_not_judged_as_stragglers():
+    # one GPU at 68% with a lower clock beside peers at 95%: a straggler if the job works in lockstep,
+    # nothing if its GPUs had moved each on its own (a batch sweep) in the minutes before
+    decider = type("D", (), {"threshold": 0.2, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+        lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
+
+    def run(gaps):
+        d, out = straggler.Detector(), Output()
+        for k in range(20 * 6 + 30):                           # 5 s samples: 10 minutes, then the slow GPU
+            ts, gpus = 1000.0 + 5 * k, []
+            for i in range(4):
+                util, clock = 95.0, 1800
+                if k // 6 in gaps.get(i, ()):
+                    util, clock = 0.0, 600
+                if i == 3 and k >= 120:
+                    util, clock = 68.0, 1200
+                gpus.append([f"u{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
+            d.add("job-1", ts, "node-1", {"interval": 5.0, "gpus": gpus}, "t", "p", decider, out, None)
+        return [e for e in out.events if e["status"] == "firing"]
+
+    lockstep = run({i: (4, 11) for i in range(4)})             # every GPU pauses together twice
+    assert [e["gpu_uuid"] for e in lockstep] == ["u3"]
+    sweep = run({0: (3,), 1: (7,), 2: (12,)})                  # each GPU paused on its own
+    assert lockstep and not [e for e in sweep if e["gpu_uuid"] == "u3"]
+
+
 def test_leak_features_tell_steady_growth_from_a_cache_step_and_a_breathing_cache():
     total = 80e9
     leak = [20e9 + i * 0.05e9 for i in range(61)]                  # 3 GB/h: 20 h to the OOM

@@ -21,7 +21,8 @@ When the question applies (``applies``), and what is evidence:
   evaluation, a stall, a slow peer) every GPU's utilization changes together. Each epoch the job keeps
   its GPUs' mean utilization; over the last ``LOCKSTEP_EPOCHS`` epochs a GPU *moved alone* when its
   utilization changed by ``BIG_MOVE`` points or more from one epoch to the next and fewer than a third
-  of the job's other GPUs moved the same way by half as much. When at least half of the job's GPUs (and
+  of the job's other GPUs moved the same way by half as much, then or one epoch before or after (nodes
+  sampled every minute see a shared pause at different moments). When at least half of the job's GPUs (and
   at least two) moved alone, the job runs independent work (a batch sweep, replicas of a service): it is
   not judged. One GPU, or one node of several, moving alone is what a straggler looks like, and GPUs
   that hold steady give no evidence either way: those jobs are judged;
@@ -153,20 +154,21 @@ def features(stats: dict[str, Stats], expected_samples: int, multi_node: bool) -
 def lockstep(history: deque[dict[str, float]]) -> bool:
     """Whether the job's GPUs move together (see the module docstring): ``history`` holds, per epoch, each
     GPU's mean utilization. False only when at least half of the job's GPUs, and at least two, moved
-    alone: a big move that fewer than a third of the others shared."""
+    alone: a big move that fewer than a third of the others shared, in the same epoch or the one before or
+    after (nodes sampled every minute at other moments see one pause in neighbouring epochs)."""
+    epochs = list(history)
+    deltas = [{u: after[u] - before[u] for u in after if u in before} for before, after in zip(epochs, epochs[1:])]
     alone: set[str] = set()
     seen: set[str] = set()
-    epochs = list(history)
-    for before, after in zip(epochs, epochs[1:]):
-        delta = {u: after[u] - before[u] for u in after if u in before}
+    for i, delta in enumerate(deltas):
         seen.update(delta)
-        if len(delta) < 2:
-            continue
+        near = deltas[max(0, i - 1):i + 2]
         for u, d in delta.items():
             if u in alone or abs(d) < BIG_MOVE:
                 continue
-            others = [v for w, v in delta.items() if w != u]
-            along = sum(1 for v in others if v * d > 0 and abs(v) >= BIG_MOVE / 2)
+            others = {w for step in near for w in step if w != u}
+            along = sum(1 for w in others if any(d * step.get(w, 0.0) > 0 and abs(step.get(w, 0.0)) >= BIG_MOVE / 2
+                                                 for step in near))
             if 3 * along < len(others):
                 alone.add(u)
     return len(alone) < max(2, (len(seen) + 1) // 2)

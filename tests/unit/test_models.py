@@ -74,7 +74,12 @@ def test_lockstep_is_told_from_how_the_gpus_utilization_moves():
     assert straggler.lockstep(node)                         # a slow node's GPUs move together
     pair = moves({"a": [95.0, 95, 40, 95] * 5, "b": [95.0] * 20})
     assert straggler.lockstep(pair)                         # two GPUs, one moving alone: a straggler
-    assert not straggler.lockstep(moves({"a": [95.0, 95, 40, 40] * 5, "b": [95.0, 40, 40, 95] * 5}))  # each alone
+    apart = moves({"a": [95.0, 95, 40, 40, 40, 40, 95, 95] * 2, "b": [95.0, 95, 95, 95, 40, 40, 40, 40] * 2})
+    assert not straggler.lockstep(apart)                    # each moves alone, two epochs from the other
+    # one pause seen by nodes sampled every minute in neighbouring epochs is still shared
+    staggered = moves({f"n{n}g{i}": [95.0] * (5 + n) + [20.0] + [95.0] * (14 - n)
+                       for n in range(3) for i in range(8)})
+    assert straggler.lockstep(staggered)
 
 
 def test_gpus_of_independent_work_are_not_judged_as_stragglers():

@@ -9,8 +9,9 @@
    two workers of one group sharing the 4 partitions, against one.
 2. Memory of the processors' state per tracked GPU for fleets of 1k, 10k and 100k GPUs on the
    simulated clock (growth of the resident memory while the processors take 3 simulated minutes of
-   samples, the waiting messages of the last lateness included; then 35 minutes at 1k GPUs, when the
-   leak detector's half hour of history is full), and the size of the saved state per GPU.
+   samples, the waiting messages of the last lateness included, kept as the bytes they came in; then 35
+   minutes at 1k GPUs, when the leak detector's half hour of history is full), and the size of the
+   saved state per GPU.
 """
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def state_memory_row(gpus: int, minutes: int) -> str:
     pipeline = Pipeline()
     pipeline.submit(first, "0")
     for i, m in enumerate(messages, 1):
-        pipeline.submit(m, str(i))
+        pipeline.submit(json.dumps(m, separators=(",", ":")).encode(), str(i))     # bytes, as a worker reads them
         pipeline.out.rows, pipeline.out.events, pipeline.out.job_samples = {}, [], []
     pipeline.out.done = []
     gc.collect()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.collectors.telemetry import Telemetry, parse
 
 from .state import StateError
 
@@ -27,12 +27,23 @@ HELD = "held"      # a repeat of a message still waiting: its reference is done 
 
 
 class Waiting:
-    """A message waiting for the watermark, and the references of every input that carried it."""
+    """A message waiting for the watermark, and the references of every input that carried it.
 
-    __slots__ = ("msg", "refs")
+    Given the bytes (or text) it came in, it keeps those, not the validated object (a tenth of the memory):
+    they are validated again when the message is released, which gives the same message."""
 
-    def __init__(self, msg: Telemetry, ref) -> None:
-        self.msg, self.refs = msg, [ref]
+    __slots__ = ("msg", "raw", "refs")
+
+    def __init__(self, msg: Telemetry, ref, raw: bytes | str | None = None) -> None:
+        self.msg, self.raw, self.refs = (msg if raw is None else None), raw, [ref]
+
+    def message(self) -> Telemetry:
+        msg = self.msg
+        if msg is None:
+            assert self.raw is not None
+            msg = self.msg = parse(self.raw)
+            self.raw = None
+        return msg
 
 
 class Gate:
@@ -48,8 +59,9 @@ class Gate:
         return None if self.max_ts is None else self.max_ts - lateness_s
 
     def push(self, msg: Telemetry, lateness_s: float, horizon_s: float,
-             ref=None) -> tuple[str, list[tuple[Telemetry, list]]]:
-        """Admit one message; returns its status and the ``(message, refs)`` now released, in ts order."""
+             ref=None, raw: bytes | str | None = None) -> tuple[str, list[tuple[Telemetry, list]]]:
+        """Admit one message; returns its status and the ``(message, refs)`` now released, in ts order.
+        ``raw``: the bytes or text ``msg`` was validated from, kept instead of it while it waits."""
         ts = msg.ts
         if self.max_ts is not None and (ts < self.max_ts - lateness_s or ts in self.released):
             # a time released already is a repeat even within the lateness: the end of input (drain)
@@ -57,16 +69,17 @@ class Gate:
             return (DUPLICATE if ts in self.released else LATE), []
         held = self.pending.get(ts)
         if held is not None:
-            known = {g.uuid for g in held.msg.gpus}
+            first = held.message()
+            known = {g.uuid for g in first.gpus}
             new = [g for g in msg.gpus if g.uuid not in known]
             held.refs.append(ref)
             if not new:
                 # the same input may even be delivered twice; acknowledging the repeat now could
                 # commit past the original before what it carries is durable
                 return HELD, []
-            held.msg = held.msg.model_copy(update={"gpus": [*held.msg.gpus, *new]})
+            held.msg = first.model_copy(update={"gpus": [*first.gpus, *new]})
             return ACCEPTED, []
-        self.pending[ts] = Waiting(msg, ref)
+        self.pending[ts] = Waiting(msg, ref, raw)
         if self.max_ts is None or ts > self.max_ts:
             self.max_ts = ts
             return ACCEPTED, self._release(ts - lateness_s, horizon_s)
@@ -86,7 +99,7 @@ class Gate:
         out = []
         for t in ready:
             w = pending.pop(t)
-            out.append((w.msg, w.refs))
+            out.append((w.message(), w.refs))
         released, order = self.released, self._released_order
         released.update(ready)
         order.extend(ready)

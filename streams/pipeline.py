@@ -86,7 +86,8 @@ class Pipeline:
              position: tuple[int, int] | None = None) -> Telemetry | None:
         """Process one already validated message."""
         node = self.node(msg.node)
-        status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff)
+        status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff,
+                           payload if isinstance(payload, (bytes, str)) else None)
         if self.route_jobs:
             watermark = node.gate.watermark(self.cfg.lateness_s)
             if watermark is not None:

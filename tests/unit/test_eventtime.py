@@ -1,3 +1,5 @@
+import json
+
 from helpers import gpu, message
 
 from gpufleet.collectors.telemetry import parse
@@ -83,3 +85,16 @@ def test_zero_lateness_keeps_only_the_newest_waiting():
     push(gate, 1, lateness=0)
     status, ready = push(gate, 2, lateness=0)
     assert [m.ts for m, _ in ready] == [1]
+
+
+def test_a_waiting_message_is_kept_as_the_bytes_it_came_in_and_released_as_validated():
+    # a tenth of the memory of the validated object while it waits; validated again on release
+    gate = Gate()
+    raw = json.dumps(message(100, gpus=[gpu(0)])).encode()
+    assert gate.push(parse(raw), 30.0, 900.0, "a", raw) == (ACCEPTED, [])
+    assert gate.pending[100].msg is None and gate.pending[100].raw == raw
+    other = json.dumps(message(100, gpus=[gpu(1)]))                # the same time, another GPU: merged
+    assert gate.push(parse(other), 30.0, 900.0, "b", other) == (ACCEPTED, [])
+    status, ready = push(gate, 140)
+    assert [(m.ts, [g.index for g in m.gpus], refs) for m, refs in ready] == [(100, [0, 1], ["a", "b"])]
+    assert ready[0][0].gpus[0] == parse(raw).gpus[0]

@@ -240,7 +240,7 @@ class Detector:
             windows[uuid] = samples
         expected = max(1, round(window_s(self.interval) / self.interval))
         stats = {u: s for u, s in ((u, _stats(w)) for u, w in windows.items()) if s is not None}
-        self.history.append({u: s.util for u, s in stats.items()})
+        self.history.append({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
         nodes = sorted({self.where[u][0] for u in stats})
         multi = len(nodes) >= 2
         held = any(n in self.quiet for n in nodes)      # a node of the job starved of input: not judged
@@ -288,7 +288,7 @@ class Detector:
         return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
                 "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
-                "history": list(self.history)}
+                "history": _history_state(self.history)}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
@@ -298,11 +298,25 @@ class Detector:
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
             d.incidents = Incidents.from_state(state["incidents"])
-            d.history.extend(state.get("history", ()))      # absent from state saved before it was kept
+            d.history.extend(_history_from_state(state.get("history")))   # absent: saved before it was kept
         except (KeyError, AttributeError, TypeError):
             raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
                              "incidents") from None
         return d
+
+
+def _history_state(history: deque[dict[str, float]]) -> dict:
+    """The lockstep history saved compactly: each GPU named once, utilization to a tenth of a point."""
+    gpus = sorted({u for epoch in history for u in epoch})
+    return {"gpus": gpus, "utils": [[None if u not in epoch else round(epoch[u], 1) for u in gpus]
+                                    for epoch in history]}
+
+
+def _history_from_state(saved: dict | None) -> list[dict[str, float]]:
+    if not saved:
+        return []
+    gpus = saved["gpus"]
+    return [{u: v for u, v in zip(gpus, utils) if v is not None} for utils in saved["utils"]]
 
 
 def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:

@@ -82,6 +82,17 @@ def test_lockstep_is_told_from_how_the_gpus_utilization_moves():
     assert straggler.lockstep(staggered)
 
 
+def test_the_lockstep_history_is_saved_compactly_and_restored_the_same():
+    d = straggler.Detector()
+    d.history.extend(moves({f"GPU-{i:036d}": [95.0] * i + [0.0] + [95.0] * (19 - i) for i in range(8)})[:-1])
+    d.history[3].pop("GPU-" + "0" * 36)                               # a GPU without samples in one epoch
+    saved = json.loads(json.dumps(d.to_state()))
+    assert saved["history"]["gpus"].count("GPU-" + "0" * 36) == 1         # each GPU named once
+    restored = straggler.Detector.from_state(saved)
+    assert list(restored.history) == list(d.history)
+    assert straggler.lockstep(restored.history) == straggler.lockstep(d.history) is False
+
+
 def test_gpus_of_independent_work_are_not_judged_as_stragglers():
     # one GPU at 68% with a lower clock beside peers at 95%: a straggler if the job works in lockstep,
     # nothing if its GPUs had moved each on its own (a batch sweep) in the minutes before

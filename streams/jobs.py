@@ -14,6 +14,7 @@ apart in event time the partitions are read.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from gpufleet.models.detectors import Detection, JobDetectors
@@ -108,6 +109,14 @@ class WaitingItem:
     refs: list
 
 
+def _order(item: WaitingItem) -> tuple[float, str]:
+    return item.ts, item.node
+
+
+def _ts(item: WaitingItem) -> float:
+    return item.ts
+
+
 class JobProcessor:
     """One job's state: the nodes that hold it, items waiting for the watermark, the open minute.
 
@@ -123,7 +132,7 @@ class JobProcessor:
         self.job = job
         self.members: set[str] = set()           # nodes holding the job, as of what was released
         self.released: dict[str, float] = {}     # node -> the newest ts released from it
-        self.pending: list[WaitingItem] = []
+        self.pending: list[WaitingItem] = []     # in (ts, node) order
         self.frontier = float("-inf")            # the newest ts released
         self.minute: int | None = None
         self.acc = JobMinute()
@@ -137,7 +146,9 @@ class JobProcessor:
             out.counts["job_duplicates"] += 1      # released already (delivered again after a restart)
             out.done.append(ref)
             return
-        waiting = next((p for p in self.pending if p.ts == ts and p.node == node), None)
+        pending = self.pending
+        at = bisect_left(pending, (ts, node), key=_order)
+        waiting = pending[at] if at < len(pending) and _order(pending[at]) == (ts, node) else None
         if waiting is not None:
             out.counts["job_duplicates"] += 1
             waiting.refs.append(ref)               # done when the one it repeats is (it may be the same input)
@@ -149,17 +160,15 @@ class JobProcessor:
                                     "read too late)", source, received_at, sample)
             out.done.append(ref)
             return
-        self.pending.append(WaitingItem(ts, node, sample, [ref]))
+        pending.insert(at, WaitingItem(ts, node, sample, [ref]))       # kept in (ts, node) order
 
     def release(self, watermark: float, out: Output, detection: Detection | None = None) -> None:
         """Process, in ``(ts, node)`` order, the waiting items older than ``watermark``."""
-        if not self.pending:
+        pending = self.pending
+        if not pending or pending[0].ts >= watermark:
             return
-        ready = [p for p in self.pending if p.ts < watermark]
-        if not ready:
-            return
-        self.pending = [p for p in self.pending if p.ts >= watermark]
-        ready.sort(key=lambda p: (p.ts, p.node))
+        cut = bisect_left(pending, watermark, key=_ts)
+        ready, self.pending = pending[:cut], pending[cut:]
         for p in ready:
             if p.sample.get("leave"):
                 self.members.discard(p.node)

@@ -4,8 +4,8 @@ The watermark is the node's newest ``ts`` minus the allowed lateness. Messages
 wait in a small buffer until the watermark passes them and are then released in
 ``ts`` order, so every processor downstream sees each node's samples ordered
 and exactly once, whatever the arrival order within the lateness. A message
-older than the watermark is a duplicate if its time was already released
-(remembered for ``dedup_horizon_s``), and late otherwise.
+whose time was already released (remembered for ``dedup_horizon_s``) is a
+duplicate; another one older than the watermark is late.
 
 Each admitted message may carry a reference (the Kafka event it came in); the
 references come back out with the message when it is released, so a driver
@@ -63,10 +63,12 @@ class Gate:
         """Admit one message; returns its status and the ``(message, refs)`` now released, in ts order.
         ``raw``: the bytes or text ``msg`` was validated from, kept instead of it while it waits."""
         ts = msg.ts
-        if self.max_ts is not None and (ts < self.max_ts - lateness_s or ts in self.released):
-            # a time released already is a repeat even within the lateness: the end of input (drain)
-            # releases the newest messages before the watermark passes them
-            return (DUPLICATE if ts in self.released else LATE), []
+        if ts in self.released:
+            # a repeat, even within the lateness: the end of input (drain) releases the newest messages
+            # before the watermark passes them
+            return DUPLICATE, []
+        if self.max_ts is not None and ts < self.max_ts - lateness_s:
+            return LATE, []
         held = self.pending.get(ts)
         if held is not None:
             first = held.message()

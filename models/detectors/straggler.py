@@ -163,15 +163,20 @@ def lockstep(history: deque[dict[str, float]]) -> bool:
     for i, delta in enumerate(deltas):
         seen.update(delta)
         near = deltas[max(0, i - 1):i + 2]
+        others_of = {w for step in near for w in step}
         for u, d in delta.items():
             if u in alone or abs(d) < BIG_MOVE:
                 continue
-            others = {w for step in near for w in step if w != u}
-            along = sum(1 for w in others if any(d * step.get(w, 0.0) > 0 and abs(step.get(w, 0.0)) >= BIG_MOVE / 2
-                                                 for step in near))
+            others = others_of - {u}
+            along = sum(1 for w in others if any(_same_way(d, step.get(w, 0.0)) for step in near))
             if 3 * along < len(others):
                 alone.add(u)
     return len(alone) < max(2, (len(seen) + 1) // 2)
+
+
+def _same_way(move: float, other: float) -> bool:
+    """``other`` moved the way ``move`` did, by at least half a big move."""
+    return move * other > 0 and abs(other) >= BIG_MOVE / 2
 
 
 def applies(x: list[float]) -> bool:
@@ -243,8 +248,9 @@ class Detector:
         self.history.append({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
         nodes = sorted({self.where[u][0] for u in stats})
         multi = len(nodes) >= 2
-        held = any(n in self.quiet for n in nodes)      # a node of the job starved of input: not judged
         independent = not lockstep(self.history)        # independent work: nobody waits, not judged
+        # nor while a node of the job is starved of input
+        held = independent or any(n in self.quiet for n in nodes)
         entries: list[tuple[str, list[float], dict]] = []
         base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent}
         if multi:                    # a whole slow node, against the job's other nodes
@@ -262,7 +268,6 @@ class Detector:
                                       "held": held or uuid in self.quiet, **_numbers(stats, uuid, x)}))
         for _, _, info in entries:
             info.setdefault("held", held)
-            info["held"] = info["held"] or independent
         scores = decider.score_many([x for _, x, _ in entries])
         scored = [(target, x, info, score) for (target, x, info), score in zip(entries, scores)]
         positives = decide(scored, decider)

@@ -1,7 +1,7 @@
 """IO starvation: a job's GPUs on one node wait for their input data.
 
-State: per GPU of the node, its last window of samples (utilization, PCIe receive, whether it holds a
-process, its memory share, its job) and the host's (iowait, disk reads, network receive, CPU).
+State: per GPU of the node, its last window of samples (utilization, whether it holds a process, its
+job) and the host's (iowait, disk reads, network receive, CPU).
 
 Every epoch, per job on the node: are its GPUs, which hold a process, idle or in a saw-tooth while the
 host is busy fetching? Three input paths, each with its own signals:
@@ -19,6 +19,7 @@ not a starvation. A job is judged only while its GPUs hold a process.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import NamedTuple
 
@@ -43,9 +44,16 @@ from .base import (
 KIND = "io_starvation"
 STAGE = "node"
 LEVEL = "job"
+# the GPUs' work and the host's input paths only: what a GPU's PCIe traffic or memory share looks like depends
+# on the model and the workload, not on whether its input comes in time (trees that read them learn a fleet).
+# A starved job's GPUs fall from the work they were doing while the host fetches: ``util_drop`` is how far
+# below their usual utilization (a moving average over about USUAL_TAU_S) they are, which a GPU idle for
+# long, a notebook's burst, or a service following its tide for hours does not show.
 FEATURES = ("util_mean", "util_low_frac", "util_spread", "iowait", "disk_read_gbps", "net_rx_gbps", "host_cpu",
-            "pcie_rx_share", "procs_frac", "mem_frac", "idle_while_waiting", "idle_while_reading",
-            "idle_while_receiving", "idle_while_cpu_bound", "host_known")
+            "procs_frac", "idle_while_waiting", "idle_while_reading", "idle_while_receiving", "idle_while_cpu_bound",
+            "host_known", "util_drop", "drop_while_fetching")
+USUAL_TAU_S = 3600.0
+DROP_MIN = 0.10              # 10 points of utilization below the usual
 NET_SCALE = 1.0e9            # bytes/s of host network receive that count as "a lot"
 DISK_SCALE = 1.0e9
 
@@ -55,9 +63,7 @@ class GpuPoint(NamedTuple):
 
     ts: float
     util: float | None
-    pcie_rx: float | None
     has_process: float              # 1.0 when the GPU had a compute process
-    mem_share: float | None         # used memory as a share of the total
     job: str | None
     gpu_index: int
 
@@ -70,12 +76,12 @@ class HostPoint(NamedTuple):
     cpu: float | None
 
 
-def features(gpus: list[GpuPoint], host: list[HostPoint]) -> list[float]:
-    """One job's GPUs on one node over one window, and the host's samples over the same window."""
+def features(gpus: list[GpuPoint], host: list[HostPoint], usual: float | None = None) -> list[float]:
+    """One job's GPUs on one node over one window, the host's samples over the same window, and the mean of
+    the GPUs' usual utilization before it (percent; None: not known yet)."""
     u = [s.util for s in gpus if s.util is not None]
     um = mean(u) if u else 0.0
     spread = (max(u) - min(u)) / 100.0 if u else 0.0
-    rx = [s.pcie_rx for s in gpus if s.pcie_rx is not None]
     iw = [h.iowait for h in host if h.iowait is not None]
     dr = [h.disk_read for h in host if h.disk_read is not None]
     nr = [h.net_rx for h in host if h.net_rx is not None]
@@ -85,19 +91,21 @@ def features(gpus: list[GpuPoint], host: list[HostPoint]) -> list[float]:
     net = mean(nr) / NET_SCALE if nr else 0.0
     busy_cpu = mean(cpu) / 100.0 if cpu else 0.0
     has_work = mean([s.has_process for s in gpus]) if gpus else 0.0
-    mems = [s.mem_share for s in gpus if s.mem_share is not None]
     # the host fetches input *and* this job's GPUs, which hold a process, sit idle: both at once
     not_busy = (1.0 - um / 100.0) * has_work
+    paths = (min(1.0, wait / 0.2), min(1.0, reads), min(1.0, net), clip((busy_cpu - 0.75) / 0.2, 0.0, 1.0))
+    drop = max(0.0, usual - um) / 100.0 * has_work if usual is not None and u else 0.0
     return [um / 100.0, (sum(1 for x in u if x < 30) / len(u)) if u else 0.0, spread, wait, reads, net, busy_cpu,
-            min(1.0, mean(rx) / 5e9) if rx else 0.0, has_work, mean(mems) if mems else 0.0,
-            not_busy * min(1.0, wait / 0.2), not_busy * min(1.0, reads), not_busy * min(1.0, net),
-            not_busy * clip((busy_cpu - 0.75) / 0.2, 0.0, 1.0), 1.0 if (iw or dr or nr or cpu) else 0.0]
+            has_work, *(not_busy * p for p in paths), 1.0 if (iw or dr or nr or cpu) else 0.0, drop,
+            drop * max(paths)]
 
 
 def applies(x: list[float]) -> bool:
-    """Judged while the job's GPUs hold a process, on a node that reports its host's metrics (without them
-    an idle GPU says nothing about its input)."""
-    return x[FEATURES.index("procs_frac")] >= 0.5 and x[FEATURES.index("host_known")] > 0
+    """Judged while the job's GPUs hold a process and have fallen at least DROP_MIN below their usual work,
+    on a node that reports its host's metrics (without them an idle GPU says nothing about its input). The
+    host's signals are the node's: beside a starved job, a job that goes on as usual is not starved."""
+    return x[FEATURES.index("procs_frac")] >= 0.5 and x[FEATURES.index("host_known")] > 0 \
+        and x[FEATURES.index("util_drop")] >= DROP_MIN
 
 
 def cause(x: list[float]) -> tuple[str, list[str]]:
@@ -119,10 +127,11 @@ def baseline(x: list[float]) -> bool:
 class Detector:
     """The IO starvation detector of one node."""
 
-    __slots__ = ("gpus", "host", "epoch", "interval", "incidents")
+    __slots__ = ("gpus", "host", "epoch", "interval", "incidents", "usual")
 
     def __init__(self) -> None:
         self.gpus: dict[str, deque[GpuPoint]] = {}
+        self.usual: dict[str, tuple[float, float, str]] = {}     # uuid -> (usual utilization, at, job)
         self.host: deque[HostPoint] = deque()
         self.epoch: int | None = None
         self.interval = 5.0
@@ -153,22 +162,33 @@ class Detector:
             w = self.gpus.get(g.uuid)
             if w is None:
                 w = self.gpus[g.uuid] = deque()
-            share = g.mem_used_bytes / g.mem_total_bytes if g.mem_used_bytes is not None and g.mem_total_bytes else None
-            w.append(GpuPoint(ts, g.util_pct, g.pcie_rx_bytes_per_s, 1.0 if g.processes else 0.0, share, g.job,
-                              g.index))
+            w.append(GpuPoint(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index))
             while w and w[0].ts <= cutoff:
                 w.popleft()
         for uuid in [u for u, w in self.gpus.items() if not w or w[-1].ts <= cutoff]:
             del self.gpus[uuid]
+            self.usual.pop(uuid, None)
 
     def _evaluate(self, node: str, pool, at: float, decider: Decider, out: Output, tenant_of: dict,
                   quiet: set[str], recorder: Recorder | None) -> None:
         start = at - window_s(self.interval)
         by_job: dict[str, list[GpuPoint]] = {}
+        job_usual: dict[str, list[float]] = {}
         for uuid, w in self.gpus.items():
             samples = [s for s in w if start < s.ts <= at]
             job = samples[-1].job if samples else None
-            if job is not None and uuid not in quiet:
+            if job is None:
+                continue
+            u = [s.util for s in samples if s.util is not None]
+            before = self.usual.get(uuid)
+            if before is not None and before[2] == job and uuid not in quiet:
+                job_usual.setdefault(job, []).append(before[0])
+            if u:                        # the usual level moves towards this window's, by the time passed
+                now = sum(u) / len(u)
+                usual = now if before is None or before[2] != job else \
+                    before[0] + (now - before[0]) * (1.0 - math.exp(-(at - before[1]) / USUAL_TAU_S))
+                self.usual[uuid] = (usual, at, job)
+            if uuid not in quiet:
                 by_job.setdefault(job, []).extend(samples)
         host = [h for h in self.host if start < h.ts <= at]
         if recorder is not None:         # per GPU, for the idle baselines of the evaluation
@@ -180,7 +200,8 @@ class Detector:
                                                            1.0 if last.job is not None else 0.0],
                              {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
         seen = set()
-        judged = [(job, samples, features(samples, host)) for job, samples in sorted(by_job.items())]
+        judged = [(job, samples, features(samples, host, mean(job_usual[job]) if job in job_usual else None))
+                  for job, samples in sorted(by_job.items())]
         scores = decider.score_many([x for _, _, x in judged])
         for (job, samples, x), score in zip(judged, scores):
             target = f"{node}/{job}"
@@ -206,7 +227,7 @@ class Detector:
     def to_state(self) -> dict:
         return {"gpus": {u: save_points(w, GpuPoint) for u, w in self.gpus.items()},
                 "host": save_points(self.host, HostPoint), "epoch": self.epoch, "interval": self.interval,
-                "incidents": self.incidents.to_state()}
+                "incidents": self.incidents.to_state(), "usual": {u: list(p) for u, p in self.usual.items()}}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
@@ -216,7 +237,8 @@ class Detector:
             d.host = load_points(state["host"], HostPoint, "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
             d.incidents = Incidents.from_state(state["incidents"])
-        except (KeyError, AttributeError):
+            d.usual = {u: (float(v), float(at), str(job)) for u, (v, at, job) in state.get("usual", {}).items()}
+        except (KeyError, AttributeError, TypeError, ValueError):
             raise StateError("IO starvation detector: saved state lacks gpus, host, epoch, interval or "
                              "incidents") from None
         return d

@@ -135,8 +135,8 @@ def test_leak_features_tell_steady_growth_from_a_cache_step_and_a_breathing_cach
 
 
 def test_io_features_read_the_waiting_on_each_input_path():
-    gpus = [io_starvation.GpuPoint(float(i), u, 1e8, 1.0, 0.5, "j", 0) for i, u in enumerate([10, 90, 5, 8] * 3)]
-    busy = [io_starvation.GpuPoint(float(i), 97.0, 4e9, 1.0, 0.5, "j", 0) for i in range(12)]
+    gpus = [io_starvation.GpuPoint(float(i), u, 1.0, "j", 0) for i, u in enumerate([10, 90, 5, 8] * 3)]
+    busy = [io_starvation.GpuPoint(float(i), 97.0, 1.0, "j", 0) for i in range(12)]
 
     def host(iowait=1.0, disk=2e8, net=1e7, cpu=20.0):
         return [io_starvation.HostPoint(float(i), iowait, disk, net, cpu) for i in range(12)]
@@ -256,3 +256,35 @@ def test_windows_scored_in_a_batch_score_as_one_at_a_time_to_the_last_bit():
         assert km.score_many([]) == []
     untrained = Model.untrained().kinds["straggler"]
     assert untrained.score_many([[0.0] * len(untrained.features)] * 3) == [0.5] * 3
+
+
+def test_io_starvation_reads_a_fall_from_recent_work_not_a_long_idle():
+    # a training job at 95% for 20 minutes, then waiting for reads (a saw-tooth averaging about 30%); on the
+    # same node a notebook that holds its GPU at 2%, but for a burst of 3 minutes: the host's reads are the same
+    # for both
+    from types import SimpleNamespace as NS
+    decider = type("D", (), {"threshold": 0.3, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+        lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
+    d, out = io_starvation.Detector(), Output()
+    ctx = NS(out=out, tenant_of={}, recorder=None, flags=NS(quiet=set(), starved=set()))
+    for k in range(12 * 30):                                      # 5 s samples, 30 minutes
+        ts, starving = 1000.0 + 5 * k, k >= 12 * 20
+        train = [10.0, 90.0, 5.0, 20.0][k % 4] if starving else 95.0
+        gpus = [NS(uuid=f"t{i}", index=i, util_pct=train, processes=[1], job="train-1") for i in range(2)]
+        burst = 12 * 24 <= k < 12 * 27                            # the notebook's user runs a cell
+        gpus.append(NS(uuid="nb", index=2, util_pct=[40.0, 85.0][k % 2] if burst else 2.0, processes=[1],
+                       job="notebook-1"))
+        host = NS(iowait_pct=35.0 if starving else 1.0, disk_read_bytes_per_s=3e9 if starving else 1e8,
+                  net_rx_bytes_per_s=1e7, cpu_util_pct=20.0)
+        d.add(NS(ts=ts, interval_s=5.0, node="n1", pool="p", host=host, gpus=gpus), decider, ctx)
+        if k == 12 * 22:                                          # saved and restored mid-way: the same levels
+            again = io_starvation.Detector.from_state(json.loads(json.dumps(d.to_state())))
+            assert again.usual == d.usual and 90 < again.usual["t0"][0] < 95     # moving down since the fall
+            d = again
+    fired = [e for e in out.events if e["status"] == "firing"]
+    assert [e["job"] for e in fired] == ["train-1"] and fired[0]["evidence"]["cause"] == "disk"
+    assert fired[0]["detected_at"] >= 1000.0 + 5 * 12 * 20
+    x = io_starvation.features([io_starvation.GpuPoint(0.0, 2.0, 1.0, "nb", 0)] * 3,
+                               [io_starvation.HostPoint(0.0, 35.0, 3e9, 1e7, 20.0)] * 3, usual=2.5)
+    assert fx(x, "util_drop", io_starvation) < 0.01 and fx(x, "idle_while_reading", io_starvation) > 0.9
+

@@ -1,7 +1,7 @@
 """IO starvation: a job's GPUs on one node wait for their input data.
 
 State: per GPU of the node, its last window of samples (utilization, whether it holds a process, its
-job) and the host's (iowait, disk reads, network receive, CPU).
+job) and its usual utilization; the host's window (iowait, disk reads, network receive, CPU).
 
 Every epoch, per job on the node: are its GPUs, which hold a process, idle or in a saw-tooth while the
 host is busy fetching? Three input paths, each with its own signals:
@@ -13,6 +13,8 @@ host is busy fetching? Three input paths, each with its own signals:
 
 The features pair "the GPUs are not busy" with each path's signal, so the trees see which path fed the
 stall; the alert's evidence names the path (``cause``) and the other signals present (``also_seen``).
+A job is judged once its GPUs have fallen from their usual work (``util_drop``, see FEATURES): the host's
+signals are the node's, and a job beside a starved one that goes on as usual is not starved.
 
 Precedence: GPUs whose process just restarted (memory_leak.RESTART_QUIET_S) are left out: a restart is
 not a starvation. A job is judged only while its GPUs hold a process.
@@ -176,10 +178,15 @@ class Detector:
         job_usual: dict[str, list[float]] = {}
         for uuid, w in self.gpus.items():
             samples = [s for s in w if start < s.ts <= at]
+            u = [s.util for s in samples if s.util is not None]
+            if recorder is not None and u:       # per GPU, for the idle baselines of the evaluation
+                last = w[-1]
+                recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
+                                                       1.0 if last.job is not None else 0.0],
+                         {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
             job = samples[-1].job if samples else None
             if job is None:
                 continue
-            u = [s.util for s in samples if s.util is not None]
             before = self.usual.get(uuid)
             if before is not None and before[2] == job and uuid not in quiet:
                 job_usual.setdefault(job, []).append(before[0])
@@ -191,14 +198,6 @@ class Detector:
             if uuid not in quiet:
                 by_job.setdefault(job, []).extend(samples)
         host = [h for h in self.host if start < h.ts <= at]
-        if recorder is not None:         # per GPU, for the idle baselines of the evaluation
-            for uuid, w in self.gpus.items():
-                u = [s.util for s in w if start < s.ts <= at and s.util is not None]
-                if u:
-                    last = w[-1]
-                    recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
-                                                           1.0 if last.job is not None else 0.0],
-                             {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
         seen = set()
         judged = [(job, samples, features(samples, host, mean(job_usual[job]) if job in job_usual else None))
                   for job, samples in sorted(by_job.items())]

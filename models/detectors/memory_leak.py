@@ -18,6 +18,8 @@ a while; the other detectors leave that GPU out for ``RESTART_QUIET_S`` (see :me
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufleet.streams.output import Output
@@ -54,8 +56,9 @@ class MemoryTrack:
 
     minute: int                     # the minute being filled
     peak: float                     # the highest value of that minute so far
-    minutes: list[float]            # the last HISTORY_MINUTES complete minutes' peaks, oldest first
-    loads: list[float]              # the same minutes' mean utilization (a KV cache follows the load)
+    minutes: array                  # the last HISTORY_MINUTES complete minutes' peaks, oldest first (doubles:
+    loads: array                    # 8 bytes a value); the same minutes' mean utilization (a KV cache follows
+                                    # the load)
     util_sum: float                 # utilization summed over the minute being filled
     util_n: int
     pid: int | None
@@ -63,21 +66,33 @@ class MemoryTrack:
     total: float                    # the GPU's memory
     restarted_at: float | None = None   # ts this process replaced another one
 
+    def to_state(self) -> dict:
+        return {**save_fields(self), "minutes": self.minutes.tolist(), "loads": self.loads.tolist()}
 
-def _theil_sen(ys: list[float]) -> float:
+    @classmethod
+    def from_state(cls, state: dict) -> MemoryTrack:
+        m = load_fields(cls, state, "memory track")
+        try:
+            m.minutes, m.loads = array("d", m.minutes), array("d", m.loads)
+        except TypeError:
+            raise StateError("memory track: saved minutes and loads must be lists of numbers") from None
+        return m
+
+
+def _theil_sen(ys: Sequence[float]) -> float:
     n = len(ys)
     slopes = [(ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
     return median(slopes) if slopes else 0.0
 
 
-def _thirds_slope(ys: list[float]) -> float:
+def _thirds_slope(ys: Sequence[float]) -> float:
     """A resistant slope: the medians of the first and last thirds, over the distance between them."""
     n = len(ys)
     k = max(1, n // 3)
     return (median(ys[-k:]) - median(ys[:k])) / max(1, n - k)
 
 
-def _r2(ys: list[float]) -> float:
+def _r2(ys: Sequence[float]) -> float:
     n = len(ys)
     if n < 3:
         return 0.0
@@ -91,7 +106,7 @@ def _r2(ys: list[float]) -> float:
     return (sxy * sxy) / (sxx * syy)
 
 
-def _steady(ys: list[float], total: float) -> float:
+def _steady(ys: Sequence[float], total: float) -> float:
     """The share of 5-minute blocks whose median grew (by more than the allocator's breathing)."""
     blocks = [median(ys[i:i + 5]) for i in range(len(ys) % 5, len(ys) - 4, 5)]
     if len(blocks) < 2:
@@ -101,7 +116,7 @@ def _steady(ys: list[float], total: float) -> float:
     return sum(1 for d in steps if d > eps) / len(steps)
 
 
-def _corr(xs: list[float], ys: list[float]) -> float:
+def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
     n = len(xs)
     if n < 3:
         return 0.0
@@ -113,8 +128,8 @@ def _corr(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
 
 
-def features(history: list[float], total: float, age_min: float,
-             loads: list[float] | None = None) -> list[float] | None:
+def features(history: Sequence[float], total: float, age_min: float,
+             loads: Sequence[float] | None = None) -> list[float] | None:
     """One GPU's memory, one value a minute, oldest first (and the minutes' mean utilization): is it leaking?
     (None: too short to tell)."""
     if len(history) < 10 or not total:
@@ -183,7 +198,7 @@ class Detector:
         m = self.tracks.get(g.uuid)
         if m is None or m.pid != pid:                 # a new process: its memory history starts again
             restarted = ts if m is not None and m.pid is not None and pid is not None else None
-            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, [], [], 0.0, 0, pid, ts,
+            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, array("d"), array("d"), 0.0, 0, pid, ts,
                                                   g.mem_total_bytes, restarted)
         elif minute > m.minute:
             m.minutes.append(m.peak)
@@ -225,13 +240,13 @@ class Detector:
             self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe)
 
     def to_state(self) -> dict:
-        return {"tracks": {u: save_fields(m) for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
+        return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
         d = cls()
         try:
-            d.tracks = {u: load_fields(MemoryTrack, m, "memory track") for u, m in state["tracks"].items()}
+            d.tracks = {u: MemoryTrack.from_state(m) for u, m in state["tracks"].items()}
             d.incidents = Incidents.from_state(state["incidents"])
         except (KeyError, AttributeError):
             raise StateError("memory leak detector: saved state lacks tracks or incidents") from None

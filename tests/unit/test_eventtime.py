@@ -1,4 +1,5 @@
 import json
+import zlib
 
 from helpers import gpu, message
 
@@ -88,13 +89,30 @@ def test_zero_lateness_keeps_only_the_newest_waiting():
 
 
 def test_a_waiting_message_is_kept_as_the_bytes_it_came_in_and_released_as_validated():
-    # a tenth of the memory of the validated object while it waits; validated again on release
+    # compressed bytes while it waits (a fiftieth of the memory of the validated object); validated again on
+    # release
     gate = Gate()
-    raw = json.dumps(message(100, gpus=[gpu(0)])).encode()
+    raw = json.dumps(message(100, gpus=[gpu(i) for i in range(8)])).encode()
     assert gate.push(parse(raw), 30.0, 900.0, "a", raw) == (ACCEPTED, [])
-    assert gate.pending[100].msg is None and gate.pending[100].raw == raw
-    other = json.dumps(message(100, gpus=[gpu(1)]))                # the same time, another GPU: merged
+    kept = gate.pending[100].raw
+    assert gate.pending[100].msg is None and zlib.decompress(kept) == raw and len(kept) < len(raw) / 3
+    other = json.dumps(message(100, gpus=[gpu(8)]))                # the same time, another GPU: merged
     assert gate.push(parse(other), 30.0, 900.0, "b", other) == (ACCEPTED, [])
     status, ready = push(gate, 140)
-    assert [(m.ts, [g.index for g in m.gpus], refs) for m, refs in ready] == [(100, [0, 1], ["a", "b"])]
+    assert [(m.ts, [g.index for g in m.gpus], refs) for m, refs in ready] == [(100, list(range(9)), ["a", "b"])]
     assert ready[0][0].gpus[0] == parse(raw).gpus[0]
+
+
+def test_released_times_out_of_order_after_a_drain_are_still_known_and_forgotten_in_time_order():
+    gate = Gate()
+    for ts in (100, 110, 120):
+        push(gate, ts)
+    assert [m.ts for m, _ in gate.drain()] == [100, 110, 120]
+    assert push(gate, 115)[0] == ACCEPTED          # within the lateness of 120, never released before
+    status, ready = push(gate, 200)                # watermark 170: releases 115, behind 120 already remembered
+    assert [m.ts for m, _ in ready] == [115] and gate.released.times.tolist() == [100, 110, 115, 120]
+    assert all(push(gate, ts)[0] == DUPLICATE for ts in (100, 115, 120))
+    gate.released.forget_before(112)
+    assert gate.released.times.tolist() == [115, 120] and 110 not in gate.released
+    restored = Gate.from_state(gate.to_state())
+    assert restored.released.times.tolist() == [115, 120] and 120 in restored.released

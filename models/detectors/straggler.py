@@ -34,7 +34,9 @@ reason, or a slow GPU without throttling: its host, link or input) and what else
 """
 from __future__ import annotations
 
+from array import array
 from collections import deque
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from gpufleet.streams.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
@@ -48,13 +50,12 @@ from .base import (
     Incidents,
     Recorder,
     StateError,
+    Window,
     clip,
     event,
-    load_points,
     mean,
     median,
     minutes,
-    save_points,
     throttle_text,
     union,
     window_s,
@@ -151,7 +152,7 @@ def features(stats: dict[str, Stats], expected_samples: int, multi_node: bool) -
     return out
 
 
-def lockstep(history: deque[dict[str, float]]) -> bool:
+def lockstep(history: Sequence[dict[str, float]]) -> bool:
     """Whether the job's GPUs move together (see the module docstring): ``history`` holds, per epoch, each
     GPU's mean utilization. False only when at least half of the job's GPUs, and at least two, moved
     alone: a big move that fewer than a third of the others shared, in the same epoch or the one before or
@@ -195,12 +196,13 @@ class Detector:
     __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, deque[JobPoint]] = {}
+        self.gpus: dict[str, Window[JobPoint]] = {}
         self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
         self.epoch: int | None = None
         self.interval = 5.0
         self.quiet: dict[str, float] = {}               # node or GPU uuid -> until when it is left out
-        self.history: deque[dict[str, float]] = deque(maxlen=LOCKSTEP_EPOCHS)   # per epoch: uuid -> util
+        # per epoch: the GPUs (one tuple shared by the epochs that saw the same GPUs) and their utilization
+        self.history: deque[tuple[tuple[str, ...], array]] = deque(maxlen=LOCKSTEP_EPOCHS)
         self.incidents = Incidents()
 
     def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
@@ -222,13 +224,12 @@ class Detector:
             uuid = g[UUID]
             w = self.gpus.get(uuid)
             if w is None:
-                w = self.gpus[uuid] = deque()
+                w = self.gpus[uuid] = Window(JobPoint)
             clock = g[CLOCK] / g[CLOCK_MAX] if g[CLOCK] is not None and g[CLOCK_MAX] else None
             power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
             w.append(JobPoint(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP]))
             self.where[uuid] = (node, g[INDEX])
-            while w and w[0].ts <= cutoff:
-                w.popleft()
+            w.drop_through(cutoff)
 
     def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
                  recorder: Recorder | None) -> None:
@@ -236,19 +237,19 @@ class Detector:
         self.quiet = {k: until for k, until in self.quiet.items() if until > start}
         windows: dict[str, list[JobPoint]] = {}
         for uuid, w in list(self.gpus.items()):
-            samples = [s for s in w if start < s.ts <= at]
+            samples = w.rows(start, at)
             if not samples:
-                if not w or w[-1].ts <= start:
+                if not len(w) or w.last_ts() <= start:
                     del self.gpus[uuid]
                     self.where.pop(uuid, None)
                 continue
             windows[uuid] = samples
         expected = max(1, round(window_s(self.interval) / self.interval))
         stats = {u: s for u, s in ((u, _stats(w)) for u, w in windows.items()) if s is not None}
-        self.history.append({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
+        self._remember({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
         nodes = sorted({self.where[u][0] for u in stats})
         multi = len(nodes) >= 2
-        independent = not lockstep(self.history)        # independent work: nobody waits, not judged
+        independent = not lockstep(self.epochs())        # independent work: nobody waits, not judged
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
         entries: list[tuple[str, list[float], dict]] = []
@@ -283,6 +284,16 @@ class Detector:
             if key not in seen:
                 self.incidents.observe(key, False, at, decider, {}, out, describe)
 
+    def _remember(self, utils: dict[str, float]) -> None:
+        names = tuple(utils)
+        if self.history and self.history[-1][0] == names:
+            names = self.history[-1][0]
+        self.history.append((names, array("d", utils.values())))
+
+    def epochs(self) -> list[dict[str, float]]:
+        """The lockstep history, per epoch: each GPU's utilization."""
+        return [dict(zip(names, utils)) for names, utils in self.history]
+
     def end(self, ts: float, out: Output) -> None:
         """The job is gone from every node."""
         self.incidents.close_all(ts, describe, out)
@@ -290,27 +301,28 @@ class Detector:
         self.history.clear()
 
     def to_state(self) -> dict:
-        return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
+        return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
                 "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
-                "history": _history_state(self.history)}
+                "history": _history_state(self.epochs())}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
         d = cls()
         try:
-            d.gpus = {u: load_points(w, JobPoint, "straggler detector") for u, w in state["gpus"].items()}
+            d.gpus = {u: Window.from_state(w, JobPoint, "straggler detector") for u, w in state["gpus"].items()}
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
             d.incidents = Incidents.from_state(state["incidents"])
-            d.history.extend(_history_from_state(state.get("history")))   # absent: saved before it was kept
+            for epoch in _history_from_state(state.get("history")):      # absent: saved before it was kept
+                d._remember(epoch)
         except (KeyError, AttributeError, TypeError):
             raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
                              "incidents") from None
         return d
 
 
-def _history_state(history: deque[dict[str, float]]) -> dict:
+def _history_state(history: list[dict[str, float]]) -> dict:
     """The lockstep history saved compactly: each GPU named once, utilization to a tenth of a point."""
     gpus = sorted({u for epoch in history for u in epoch})
     return {"gpus": gpus, "utils": [[None if u not in epoch else round(epoch[u], 1) for u in gpus]

@@ -6,7 +6,6 @@ ClickHouse derives them from the per-GPU rows (materialized views).
 """
 from __future__ import annotations
 
-from array import array
 from operator import attrgetter
 
 from gpufleet.collectors.telemetry import Telemetry
@@ -42,13 +41,12 @@ _host_values = attrgetter(*HOST_METRICS)
 class Stats:
     """Count, sum, min and max of several metrics; None values are skipped.
 
-    Kept as one array of doubles, four per metric (32 bytes a metric, against a list and three float objects:
-    about 160)."""
+    Kept as one flat list, four values per metric (no list per metric: about 90 bytes a metric less)."""
 
     __slots__ = ("acc",)
 
     def __init__(self, width: int):
-        self.acc = array("d", bytes(32 * width))
+        self.acc = [0, 0.0, 0.0, 0.0] * width
 
     def add(self, values) -> None:
         acc = self.acc
@@ -56,22 +54,20 @@ class Stats:
         for v in values:
             if v is not None:
                 if acc[i]:
-                    acc[i] += 1.0
+                    acc[i] += 1
                     acc[i + 1] += v
                     if v < acc[i + 2]:
                         acc[i + 2] = v
                     elif v > acc[i + 3]:
                         acc[i + 3] = v
                 else:
-                    acc[i] = 1.0
-                    acc[i + 1] = acc[i + 2] = acc[i + 3] = v
+                    acc[i], acc[i + 1], acc[i + 2], acc[i + 3] = 1, v, v, v
             i += 4
 
     def to_state(self) -> dict:
         """Per metric, in the order the caller names them: count, sum, min and max as four columns."""
         acc = self.acc
-        return {"n": [int(n) for n in acc[0::4]], "sum": acc[1::4].tolist(), "min": acc[2::4].tolist(),
-                "max": acc[3::4].tolist()}
+        return {"n": acc[0::4], "sum": acc[1::4], "min": acc[2::4], "max": acc[3::4]}
 
     @classmethod
     def from_state(cls, state: dict, width: int) -> Stats:
@@ -80,11 +76,8 @@ class Stats:
         if len(cols) != 4:
             raise StateError(f"rollup statistics: saved state needs n, sum, min and max of {width} metrics each")
         stats = cls(width)
-        try:
-            for k, col in enumerate(cols):
-                stats.acc[k::4] = array("d", col)
-        except TypeError:
-            raise StateError("rollup statistics: saved n, sum, min and max must be numbers") from None
+        for k, col in enumerate(cols):
+            stats.acc[k::4] = col
         return stats
 
     def columns(self) -> list:

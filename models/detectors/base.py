@@ -9,12 +9,10 @@ and training use the same tracker, so what training tunes is what the stream doe
 from __future__ import annotations
 
 import math
-import sys
-from array import array
-from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpufleet.streams.events import alert
 from gpufleet.streams.output import Output
@@ -165,101 +163,23 @@ def minutes(st: Incident, until: float | None = None) -> float:
     return (end - st.started_at) / 60.0
 
 
-# -- windows of samples, kept and saved as named columns ------------------------------------------------
+# -- windows of samples, saved as named columns ----------------------------------------------------------
 PointT = TypeVar("PointT")
-_NAN = float("nan")
 
 
-def _column_kinds(kind: Any) -> tuple[str, ...]:
-    """Per field of a named tuple: "d" (a float, or None), "q" (an int never negative, or None) or "s" (text)."""
-    found = _KINDS.get(kind)
-    if found is None:
-        hints = {f: getattr(h, "__forward_arg__", None) or str(h) for f, h in kind.__annotations__.items()}
-        found = _KINDS[kind] = tuple("s" if "str" in hints[f] else "q" if "int" in hints[f] else "d"
-                                     for f in kind._fields)
-    return found
+def save_points(points, kind: Any) -> dict:
+    """A window of samples (named tuples) as named columns."""
+    return {name: [p[i] for p in points] for i, name in enumerate(kind._fields)}
 
 
-_KINDS: dict[Any, tuple[str, ...]] = {}
-
-
-class Window(Generic[PointT]):
-    """A window of samples of one kind (a named tuple whose first field is ``ts``), oldest first, appended
-    in ts order.
-
-    Kept as one column per field: floats in an array of doubles (None as NaN), ints in an array of 64-bit
-    ints (None as -1: the kinds' ints are never negative), text as a list of interned strings. 8 bytes a
-    value, against a tuple and a float object per sample (30 to 40 bytes a value). :meth:`rows` gives the
-    samples back as the named tuples they came in."""
-
-    __slots__ = ("kind", "cols")
-
-    def __init__(self, kind: Any) -> None:
-        self.kind = kind
-        self.cols: list = [[] if k == "s" else array(k) for k in _column_kinds(kind)]
-
-    def append(self, point: PointT) -> None:
-        for col, k, v in zip(self.cols, _column_kinds(self.kind), point):  # type: ignore[call-overload]
-            if v is None:
-                col.append(None if k == "s" else -1 if k == "q" else _NAN)
-            else:
-                col.append(sys.intern(v) if k == "s" else v)
-
-    def drop_through(self, cutoff: float) -> None:
-        """Forget the samples at or before ``cutoff``."""
-        ts = self.cols[0]
-        if ts and ts[0] <= cutoff:
-            n = bisect_right(ts, cutoff)
-            for col in self.cols:
-                del col[:n]
-
-    def __len__(self) -> int:
-        return len(self.cols[0])
-
-    def last_ts(self) -> float:
-        return self.cols[0][-1]
-
-    def last(self) -> PointT:
-        n = len(self)
-        return self.kind._make(self._values(col, k, n - 1, n)[0]
-                               for col, k in zip(self.cols, _column_kinds(self.kind)))
-
-    def rows(self, start: float = -math.inf, end: float = math.inf) -> list[PointT]:
-        """The samples with ``start < ts <= end``, as named tuples, oldest first."""
-        ts = self.cols[0]
-        lo, hi = bisect_right(ts, start), bisect_right(ts, end)
-        if lo >= hi:
-            return []
-        cols = [self._values(col, k, lo, hi) for col, k in zip(self.cols, _column_kinds(self.kind))]
-        return list(map(self.kind._make, zip(*cols)))
-
-    @staticmethod
-    def _values(col, k: str, lo: int, hi: int) -> list:
-        part = col[lo:hi]
-        if k == "d":
-            return [None if v != v else v for v in part]
-        if k == "q":
-            return [None if v < 0 else v for v in part]
-        return part
-
-    def to_state(self) -> dict:
-        """The window as named columns (None where a value was unknown)."""
-        n = len(self)
-        return {name: self._values(col, k, 0, n)
-                for name, col, k in zip(self.kind._fields, self.cols, _column_kinds(self.kind))}
-
-    @classmethod
-    def from_state(cls, state: dict, kind: Any, what: str) -> Window:
-        try:
-            columns = [state[name] for name in kind._fields]
-        except (KeyError, TypeError):
-            raise StateError(f"{what}: a saved window needs the columns {list(kind._fields)}") from None
-        w = cls(kind)
-        for row in zip(*columns):
-            w.append(kind(*row))
-        return w
+def load_points(state: dict, kind: Any, what: str) -> deque:
+    try:
+        columns = [state[name] for name in kind._fields]
+    except (KeyError, TypeError):
+        raise StateError(f"{what}: a saved window needs the columns {list(kind._fields)}") from None
+    return deque(kind(*row) for row in zip(*columns))
 
 
 __all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Incident", "Incidents", "event", "minutes", "median", "mean",
-           "Window", "save_fields", "load_fields", "StateError", "throttle_text", "union",
+           "save_points", "load_points", "save_fields", "load_fields", "StateError", "throttle_text", "union",
            "window_s", "finite", "clip", "POWER_CAP_BIT"]

@@ -22,6 +22,7 @@ not a starvation. A job is judged only while its GPUs hold a process.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import NamedTuple
 
 from gpufleet.streams.output import Output
@@ -33,11 +34,12 @@ from .base import (
     Incidents,
     Recorder,
     StateError,
-    Window,
     clip,
     event,
+    load_points,
     mean,
     minutes,
+    save_points,
     window_s,
 )
 
@@ -130,9 +132,9 @@ class Detector:
     __slots__ = ("gpus", "host", "epoch", "interval", "incidents", "usual")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, Window[GpuPoint]] = {}
+        self.gpus: dict[str, deque[GpuPoint]] = {}
         self.usual: dict[str, tuple[float, float, str]] = {}     # uuid -> (usual utilization, at, job)
-        self.host: Window[HostPoint] = Window(HostPoint)
+        self.host: deque[HostPoint] = deque()
         self.epoch: int | None = None
         self.interval = 5.0
         self.incidents = Incidents()
@@ -156,14 +158,16 @@ class Detector:
         self.host.append(HostPoint(ts, host.iowait_pct, host.disk_read_bytes_per_s, host.net_rx_bytes_per_s,
                                    host.cpu_util_pct) if host is not None else HostPoint(ts, None, None, None, None))
         cutoff = ts - window_s(self.interval)
-        self.host.drop_through(cutoff)
+        while self.host and self.host[0].ts <= cutoff:
+            self.host.popleft()
         for g in msg.gpus:
             w = self.gpus.get(g.uuid)
             if w is None:
-                w = self.gpus[g.uuid] = Window(GpuPoint)
+                w = self.gpus[g.uuid] = deque()
             w.append(GpuPoint(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index))
-            w.drop_through(cutoff)
-        for uuid in [u for u, w in self.gpus.items() if not len(w) or w.last_ts() <= cutoff]:
+            while w and w[0].ts <= cutoff:
+                w.popleft()
+        for uuid in [u for u, w in self.gpus.items() if not w or w[-1].ts <= cutoff]:
             del self.gpus[uuid]
             self.usual.pop(uuid, None)
 
@@ -173,10 +177,10 @@ class Detector:
         by_job: dict[str, list[GpuPoint]] = {}
         job_usual: dict[str, list[float]] = {}
         for uuid, w in self.gpus.items():
-            samples = w.rows(start, at)
+            samples = [s for s in w if start < s.ts <= at]
             u = [s.util for s in samples if s.util is not None]
             if recorder is not None and u:       # per GPU, for the idle baselines of the evaluation
-                last = w.last()
+                last = w[-1]
                 recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
                                                        1.0 if last.job is not None else 0.0],
                          {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
@@ -193,7 +197,7 @@ class Detector:
                 self.usual[uuid] = (usual, at, job)
             if uuid not in quiet:
                 by_job.setdefault(job, []).extend(samples)
-        host = self.host.rows(start, at)
+        host = [h for h in self.host if start < h.ts <= at]
         seen = set()
         judged = [(job, samples, features(samples, host, mean(job_usual[job]) if job in job_usual else None))
                   for job, samples in sorted(by_job.items())]
@@ -220,16 +224,16 @@ class Detector:
         return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")}
 
     def to_state(self) -> dict:
-        return {"gpus": {u: w.to_state() for u, w in self.gpus.items()}, "host": self.host.to_state(),
-                "epoch": self.epoch, "interval": self.interval,
+        return {"gpus": {u: save_points(w, GpuPoint) for u, w in self.gpus.items()},
+                "host": save_points(self.host, HostPoint), "epoch": self.epoch, "interval": self.interval,
                 "incidents": self.incidents.to_state(), "usual": {u: list(p) for u, p in self.usual.items()}}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
         d = cls()
         try:
-            d.gpus = {u: Window.from_state(w, GpuPoint, "IO starvation detector") for u, w in state["gpus"].items()}
-            d.host = Window.from_state(state["host"], HostPoint, "IO starvation detector")
+            d.gpus = {u: load_points(w, GpuPoint, "IO starvation detector") for u, w in state["gpus"].items()}
+            d.host = load_points(state["host"], HostPoint, "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
             d.incidents = Incidents.from_state(state["incidents"])
             d.usual = {u: (float(v), float(at), str(job)) for u, (v, at, job) in state.get("usual", {}).items()}

@@ -50,12 +50,13 @@ from .base import (
     Incidents,
     Recorder,
     StateError,
-    Window,
     clip,
     event,
+    load_points,
     mean,
     median,
     minutes,
+    save_points,
     throttle_text,
     union,
     window_s,
@@ -196,7 +197,7 @@ class Detector:
     __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, Window[JobPoint]] = {}
+        self.gpus: dict[str, deque[JobPoint]] = {}
         self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
         self.epoch: int | None = None
         self.interval = 5.0
@@ -224,12 +225,13 @@ class Detector:
             uuid = g[UUID]
             w = self.gpus.get(uuid)
             if w is None:
-                w = self.gpus[uuid] = Window(JobPoint)
+                w = self.gpus[uuid] = deque()
             clock = g[CLOCK] / g[CLOCK_MAX] if g[CLOCK] is not None and g[CLOCK_MAX] else None
             power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
             w.append(JobPoint(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP]))
             self.where[uuid] = (node, g[INDEX])
-            w.drop_through(cutoff)
+            while w and w[0].ts <= cutoff:
+                w.popleft()
 
     def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
                  recorder: Recorder | None) -> None:
@@ -237,9 +239,9 @@ class Detector:
         self.quiet = {k: until for k, until in self.quiet.items() if until > start}
         windows: dict[str, list[JobPoint]] = {}
         for uuid, w in list(self.gpus.items()):
-            samples = w.rows(start, at)
+            samples = [s for s in w if start < s.ts <= at]
             if not samples:
-                if not len(w) or w.last_ts() <= start:
+                if not w or w[-1].ts <= start:
                     del self.gpus[uuid]
                     self.where.pop(uuid, None)
                 continue
@@ -301,7 +303,7 @@ class Detector:
         self.history.clear()
 
     def to_state(self) -> dict:
-        return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
+        return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
                 "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
                 "history": _history_state(self.epochs())}
@@ -310,7 +312,7 @@ class Detector:
     def from_state(cls, state: dict) -> Detector:
         d = cls()
         try:
-            d.gpus = {u: Window.from_state(w, JobPoint, "straggler detector") for u, w in state["gpus"].items()}
+            d.gpus = {u: load_points(w, JobPoint, "straggler detector") for u, w in state["gpus"].items()}
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
             d.incidents = Incidents.from_state(state["incidents"])

@@ -291,29 +291,3 @@ def test_io_starvation_reads_a_fall_from_recent_work_not_a_long_idle():
     x = io_starvation.features([io_starvation.GpuPoint(0.0, 2.0, 1.0, "nb", 0)] * 3,
                                [io_starvation.HostPoint(0.0, 35.0, 3e9, 1e7, 20.0)] * 3, usual=2.5)
     assert fx(x, "util_drop", io_starvation) < 0.01 and fx(x, "idle_while_reading", io_starvation) > 0.9
-
-
-
-def test_a_window_keeps_its_samples_as_columns_and_gives_back_the_same_named_tuples():
-    from gpufleet.models.detectors.base import Window
-    points = [straggler.JobPoint(float(t), None if t == 3 else 50.0 + t, 0.9, None, None if t == 2 else 4, 60.0)
-              for t in range(1, 7)] + [straggler.JobPoint(7.0, 0.0, 1.0, 0.5, 2**62, -5.0)]
-    w: Window = Window(straggler.JobPoint)
-    for p in points:
-        w.append(p)
-    assert w.rows() == points and w.last() == points[-1] and len(w) == 7 and w.last_ts() == 7.0
-    assert w.rows(2.0, 5.0) == points[2:5] and w.rows(7.0, 9.0) == [] and w.rows(6.5) == points[-1:]
-    w.drop_through(3.0)                                 # the samples at or before the cutoff are forgotten
-    assert w.rows() == points[3:]
-    w.drop_through(1.0)
-    assert w.rows() == points[3:]
-    assert Window.from_state(json.loads(json.dumps(w.to_state())), straggler.JobPoint, "test").rows() == points[3:]
-    assert w.to_state()["power"] == [None, None, None, 0.5]
-    # text columns hold one shared string per value, whatever object each sample carried
-    g: Window = Window(io_starvation.GpuPoint)
-    for t in range(3):
-        g.append(io_starvation.GpuPoint(float(t), 1.0, 1.0, "".join(["job", "-", "a"]), 0))
-    jobs = [p.job for p in g.rows()]
-    assert jobs == ["job-a"] * 3 and jobs[0] is jobs[1] is jobs[2]
-    with pytest.raises(ValueError, match="columns"):
-        Window.from_state({"ts": [1.0]}, io_starvation.GpuPoint, "IO window")

@@ -9,9 +9,9 @@ and training use the same tracker, so what training tunes is what the stream doe
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 from gpufleet.streams.events import alert
@@ -172,14 +172,26 @@ def save_points(points, kind: Any) -> dict:
     return {name: [p[i] for p in points] for i, name in enumerate(kind._fields)}
 
 
-def load_points(state: dict, kind: Any, what: str) -> deque:
+def load_points(state: dict, kind: Any, what: str) -> list:
     try:
         columns = [state[name] for name in kind._fields]
     except (KeyError, TypeError):
         raise StateError(f"{what}: a saved window needs the columns {list(kind._fields)}") from None
-    return deque(kind(*row) for row in zip(*columns))
+    return [kind(*row) for row in zip(*columns)]
+
+
+def drop_through(points: list, cutoff: float) -> None:
+    """Forget the samples of a window (a list in ts order: a few hundred bytes less than a deque, whose
+    smallest block holds 64) at or before ``cutoff``."""
+    if points and points[0].ts <= cutoff:
+        n = 1
+        for p in islice(points, 1, None):
+            if p.ts > cutoff:
+                break
+            n += 1
+        del points[:n]
 
 
 __all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Incident", "Incidents", "event", "minutes", "median", "mean",
-           "save_points", "load_points", "save_fields", "load_fields", "StateError", "throttle_text", "union",
-           "window_s", "finite", "clip", "POWER_CAP_BIT"]
+           "save_points", "load_points", "drop_through", "save_fields", "load_fields", "StateError", "throttle_text",
+           "union", "window_s", "finite", "clip", "POWER_CAP_BIT"]

@@ -22,7 +22,6 @@ not a starvation. A job is judged only while its GPUs hold a process.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import NamedTuple
 
 from gpufleet.streams.output import Output
@@ -35,6 +34,7 @@ from .base import (
     Recorder,
     StateError,
     clip,
+    drop_through,
     event,
     load_points,
     mean,
@@ -132,9 +132,9 @@ class Detector:
     __slots__ = ("gpus", "host", "epoch", "interval", "incidents", "usual")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, deque[GpuPoint]] = {}
+        self.gpus: dict[str, list[GpuPoint]] = {}     # in ts order
         self.usual: dict[str, tuple[float, float, str]] = {}     # uuid -> (usual utilization, at, job)
-        self.host: deque[HostPoint] = deque()
+        self.host: list[HostPoint] = []
         self.epoch: int | None = None
         self.interval = 5.0
         self.incidents = Incidents()
@@ -158,15 +158,13 @@ class Detector:
         self.host.append(HostPoint(ts, host.iowait_pct, host.disk_read_bytes_per_s, host.net_rx_bytes_per_s,
                                    host.cpu_util_pct) if host is not None else HostPoint(ts, None, None, None, None))
         cutoff = ts - window_s(self.interval)
-        while self.host and self.host[0].ts <= cutoff:
-            self.host.popleft()
+        drop_through(self.host, cutoff)
         for g in msg.gpus:
             w = self.gpus.get(g.uuid)
             if w is None:
-                w = self.gpus[g.uuid] = deque()
+                w = self.gpus[g.uuid] = []
             w.append(GpuPoint(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index))
-            while w and w[0].ts <= cutoff:
-                w.popleft()
+            drop_through(w, cutoff)
         for uuid in [u for u, w in self.gpus.items() if not w or w[-1].ts <= cutoff]:
             del self.gpus[uuid]
             self.usual.pop(uuid, None)

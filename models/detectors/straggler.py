@@ -51,6 +51,7 @@ from .base import (
     Recorder,
     StateError,
     clip,
+    drop_through,
     event,
     load_points,
     mean,
@@ -197,7 +198,7 @@ class Detector:
     __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, deque[JobPoint]] = {}
+        self.gpus: dict[str, list[JobPoint]] = {}     # in ts order
         self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
         self.epoch: int | None = None
         self.interval = 5.0
@@ -225,13 +226,12 @@ class Detector:
             uuid = g[UUID]
             w = self.gpus.get(uuid)
             if w is None:
-                w = self.gpus[uuid] = deque()
+                w = self.gpus[uuid] = []
             clock = g[CLOCK] / g[CLOCK_MAX] if g[CLOCK] is not None and g[CLOCK_MAX] else None
             power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
             w.append(JobPoint(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP]))
             self.where[uuid] = (node, g[INDEX])
-            while w and w[0].ts <= cutoff:
-                w.popleft()
+            drop_through(w, cutoff)
 
     def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
                  recorder: Recorder | None) -> None:

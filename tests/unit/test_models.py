@@ -291,3 +291,16 @@ def test_io_starvation_reads_a_fall_from_recent_work_not_a_long_idle():
     x = io_starvation.features([io_starvation.GpuPoint(0.0, 2.0, 1.0, "nb", 0)] * 3,
                                [io_starvation.HostPoint(0.0, 35.0, 3e9, 1e7, 20.0)] * 3, usual=2.5)
     assert fx(x, "util_drop", io_starvation) < 0.01 and fx(x, "idle_while_reading", io_starvation) > 0.9
+
+
+def test_a_window_forgets_its_samples_at_or_before_the_cutoff_and_keeps_the_rest_in_order():
+    from gpufleet.models.detectors.base import drop_through
+    w = [io_starvation.HostPoint(float(t), None, None, None, None) for t in (5, 10, 10, 15, 20)]
+    drop_through(w, 4.0)
+    assert [p.ts for p in w] == [5, 10, 10, 15, 20]
+    drop_through(w, 10.0)
+    assert [p.ts for p in w] == [15, 20]
+    drop_through(w, 99.0)
+    assert w == []
+    drop_through(w, 100.0)
+    assert w == []

@@ -56,9 +56,8 @@ class MemoryTrack:
 
     minute: int                     # the minute being filled
     peak: float                     # the highest value of that minute so far
-    minutes: array                  # the last HISTORY_MINUTES complete minutes' peaks, oldest first (doubles:
-    loads: array                    # 8 bytes a value); the same minutes' mean utilization (a KV cache follows
-                                    # the load)
+    minutes: array                  # the last HISTORY_MINUTES complete minutes' peaks, oldest first (doubles)
+    loads: array                    # the same minutes' mean utilization, doubles (a KV cache follows the load)
     util_sum: float                 # utilization summed over the minute being filled
     util_n: int
     pid: int | None

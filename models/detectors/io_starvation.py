@@ -177,20 +177,22 @@ class Detector:
         for uuid, w in self.gpus.items():
             samples = [s for s in w if start < s.ts <= at]
             u = [s.util for s in samples if s.util is not None]
-            if recorder is not None and u:       # per GPU, for the idle baselines of the evaluation
+            now = sum(u) / len(u) if u else None
+            if recorder is not None and now is not None:     # per GPU, for the idle baselines of the evaluation
                 last = w[-1]
-                recorder("idle", f"idle:{uuid}", at, [sum(u) / len(u) / 100, max(u) / 100,
+                recorder("idle", f"idle:{uuid}", at, [now / 100, max(u) / 100,
                                                        1.0 if last.job is not None else 0.0],
                          {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
             job = samples[-1].job if samples else None
             if job is None:
                 continue
             before = self.usual.get(uuid)
-            if before is not None and before[2] == job and uuid not in quiet:
+            if before is not None and before[2] != job:
+                before = None            # the usual work of another job says nothing of this one's
+            if before is not None and uuid not in quiet:
                 job_usual.setdefault(job, []).append(before[0])
-            if u:                        # the usual level moves towards this window's, by the time passed
-                now = sum(u) / len(u)
-                usual = now if before is None or before[2] != job else \
+            if now is not None:          # the usual level moves towards this window's, by the time passed
+                usual = now if before is None else \
                     before[0] + (now - before[0]) * (1.0 - math.exp(-(at - before[1]) / USUAL_TAU_S))
                 self.usual[uuid] = (usual, at, job)
             if uuid not in quiet:

@@ -61,6 +61,8 @@ class Sampler:
         for f in getattr(plan, "spells", ()):
             self.spells.setdefault(id(f.alloc), []).append(f)
         self.seq = [0] * len(self.fleet)
+        self.seed = seed
+        self.memory_noise: dict[tuple[str, int, int], tuple[float, float, float, float]] = {}
         # some nodes cannot report every field (no host metrics, no PCIe counters, no throttle reasons): null
         blind_rng = random.Random(seed * 104729 + 3)
         self.blind = [frozenset(f for f, p in (("host", 0.05), ("pcie", 0.1), ("throttle", 0.05))
@@ -69,6 +71,21 @@ class Sampler:
     # -- one GPU -----------------------------------------------------------
     def _active(self, faults: list[Fault] | None, t: float) -> list[Fault]:
         return [f for f in faults or () if f.start <= t < f.end]
+
+    def _noise(self, alloc: Allocation, n: int, g: int) -> tuple[float, float, float, float]:
+        """How one process's memory moves besides its steps and KV cache: the allocator's noise (its standard
+        deviation, a share of the GPU's memory) and a slow wave (amplitude, period, phase; a third of the
+        processes, from buffers that come and go). Drawn per process from its own generator, so that the rest
+        of the fleet does not change with them; wide on purpose, so that the leak trees learn growth against
+        any noise, not against one."""
+        key = (alloc.job, n, g)
+        p = self.memory_noise.get(key)
+        if p is None:
+            r = random.Random(f"{self.seed}:{alloc.job}:{n}:{g}")
+            sd = math.exp(r.uniform(math.log(1e-4), math.log(5e-3)))
+            amp = math.exp(r.uniform(math.log(1e-3), math.log(2e-2))) if r.random() < 1 / 3 else 0.0
+            p = self.memory_noise[key] = (sd, amp, r.uniform(300.0, 3600.0), r.uniform(0.0, 2 * math.pi))
+        return p
 
     def _straggling(self, f: Fault, t: float) -> bool:
         if f.params["period_s"] <= 0:
@@ -118,7 +135,10 @@ class Sampler:
                     load = 0.25 + 0.75 * _tide(t, alloc.tide_peak_h)
                     wave = 0.5 + 0.5 * math.sin(t / (300.0 + 37 * g))
                     held += alloc.kv_cache * total * warm * load * (0.6 + 0.4 * wave)
-                jitter = rng.gauss(0, 0.0004 * total)       # the allocator breathes a little
+                sd, amp, period, phase = self._noise(alloc, n, g)
+                jitter = rng.gauss(0, sd * total)           # the allocator breathes
+                if amp:
+                    held += amp * total * warm * (0.5 + 0.5 * math.sin(2 * math.pi * t / period + phase))
                 pmem = _clip(held + leak_bytes + jitter, 0.0, total * (1 - RESERVED) - 1)
                 mem_used += pmem
                 out["processes"] = [{"pid": pid, "mem_used_bytes": round(pmem)}]

@@ -27,7 +27,7 @@ from .base import Recorder
 REGISTRY: dict[str, ModuleType] = {m.KIND: m for m in (memory_leak, io_starvation, straggler)}
 KINDS = tuple(REGISTRY)
 FEATURES = {kind: m.FEATURES for kind, m in REGISTRY.items()}
-FEATURE_VERSION = 4
+FEATURE_VERSION = 5
 
 
 def module(kind: str) -> ModuleType:

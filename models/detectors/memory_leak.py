@@ -1,11 +1,12 @@
 """Memory leaks: a process whose GPU memory keeps growing until the out-of-memory.
 
 State: per GPU, one value a minute (the minute's highest) since its process started, the last
-``HISTORY_MINUTES``. Every minute the series turns into features over 10, 30 and 60 minutes: a
-robust slope (as a share of the GPU's memory per hour), how steadily it grows (the share of 5-minute
-blocks that grew), how straight (R²), the largest single jump as a share of the growth (an allocator
-cache grows in a few big steps, then holds), the deepest fall (a KV cache breathes with load), the
-headroom and the time left to the out-of-memory at the 30-minute rate.
+``HISTORY_MINUTES``. Every minute the series turns into features over 10, 30 and 60 minutes: a robust
+slope (as a share of the GPU's memory per hour), how steadily it grows (the share of 5-minute blocks
+that grew, and Kendall's tau against time, which reads only the values' order and so holds whatever the
+scale of the process's own noise), how straight (R²), the largest single jump as a share of the growth
+(an allocator cache grows in a few big steps, then holds), the deepest fall (a KV cache breathes with
+load), the headroom and the time left to the out-of-memory at the 30-minute rate.
 
 Decision: the trees' score, on processes past their warm-up (10 minutes) with a growing 30-minute
 slope. A steady leak is caught within 30 to 60 minutes of its start whatever its rate; the alert says
@@ -21,6 +22,9 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
 
 from gpufleet.streams.output import Output
 
@@ -43,7 +47,8 @@ KIND = "memory_leak"
 STAGE = "node"
 LEVEL = "gpu"
 FEATURES = ("slope_10", "slope_30", "slope_60", "steady_30", "steady_60", "r2_30", "jump_share_30",
-            "drawdown_30", "headroom", "minutes_to_oom", "age", "span", "load_corr_30", "load_trend_30")
+            "drawdown_30", "headroom", "minutes_to_oom", "age", "span", "load_corr_30", "load_trend_30",
+            "trend_30", "trend_60")
 HISTORY_MINUTES = 61
 WARMUP_MIN = 10.0            # a process's first minutes are its warm-up: never judged
 RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other detectors this long
@@ -115,6 +120,24 @@ def _steady(ys: Sequence[float], total: float) -> float:
     return sum(1 for d in steps if d > eps) / len(steps)
 
 
+@cache
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(n, 1)
+
+
+def _trend(ys: Sequence[float]) -> float:
+    """Kendall's tau of the values against time, ties counting for nothing: the share of later-earlier pairs
+    that grew less the share that fell, -1 to 1. It reads only the order of the values, not their scale: a
+    process's own noise, however large, leaves it near 0 unless the memory keeps growing through it, and an
+    allocator that jumps once and holds (its values tied after the jump) brings it only part of the way."""
+    n = len(ys)
+    if n < 3:
+        return 0.0
+    y = np.asarray(ys, dtype=float)
+    i, j = _pairs(n)
+    return float(np.sign(y[j] - y[i]).sum()) / (n * (n - 1) / 2)
+
+
 def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
     n = len(xs)
     if n < 3:
@@ -153,7 +176,7 @@ def features(history: Sequence[float], total: float, age_min: float,
     load_trend = (mean(load30[-10:]) - mean(load30[:10])) / 100.0
     return [s10, s30, s60, _steady(last30, total), _steady(last60, total), _r2(last30), clip(jump_share, 0.0, 1.0),
             drawdown / total, headroom, math.log10(1 + min(to_oom, 1e6)), math.log10(1 + max(0.0, age_min)),
-            len(history) / 60.0, _corr(last30, load30), load_trend]
+            len(history) / 60.0, _corr(last30, load30), load_trend, _trend(last30), _trend(last60)]
 
 
 def minutes_to_oom(x: list[float]) -> float:

@@ -138,6 +138,19 @@ def test_leak_features_tell_steady_growth_from_a_cache_step_and_a_breathing_cach
     assert not memory_leak.applies(memory_leak.features(leak[:20], total, age_min=5))    # still warming up
 
 
+def test_the_leak_trend_reads_order_not_scale_so_noise_of_any_size_leaves_it_near_zero():
+    total, rng = 80e9, random.Random(5)
+    for noise in (0.01e9, 0.4e9, 4e9):                 # 10 MB to 4 GB of a process's own noise
+        flat = [20e9 + rng.gauss(0, noise) for _ in range(61)]
+        slow = [20e9 + i * noise / 10 + rng.gauss(0, noise) for i in range(61)]   # grows 6 noise widths an hour
+        ff, fs = memory_leak.features(flat, total, 90), memory_leak.features(slow, total, 90)
+        assert abs(fx(ff, "trend_60", memory_leak)) < 0.25, noise
+        assert fx(fs, "trend_60", memory_leak) > 0.5, noise
+    step = [20e9] * 30 + [22e9] * 31                    # a cache that jumps once and holds: ties count for nothing
+    assert fx(memory_leak.features(step, total, 90), "trend_60", memory_leak) == pytest.approx(30 * 31 / (61 * 30))
+    assert fx(memory_leak.features(step[::-1], total, 90), "trend_30", memory_leak) < 0
+
+
 def test_io_features_read_the_waiting_on_each_input_path():
     gpus = [io_starvation.GpuPoint(float(i), u, 1.0, "j", 0) for i, u in enumerate([10, 90, 5, 8] * 3)]
     busy = [io_starvation.GpuPoint(float(i), 97.0, 1.0, "j", 0) for i in range(12)]

@@ -111,7 +111,7 @@ def test_demo_delivers_with_notify_and_otherwise_says_how(tmp_path):
     with RecordingReceiver() as receiver:
         env = clean_env(tmp_path)
         # a fixed start: the demo's default (yesterday) moves the simulated faults with the date
-        args = ["demo", "--nodes", "3", "--gpus-per-node", "4", "--hours", "1.5", "--seed", "3",
+        args = ["demo", "--nodes", "3", "--gpus-per-node", "4", "--hours", "1.5", "--seed", "1",
                 "--start", "1764374400", "--save",
                 str(tmp_path / "saved"), "--dsn", f"chdb://{tmp_path / 'demo'}"]
         out = gpufleet(*args, "--notify", routes(tmp_path, receiver.url("/hook")), env=env)

@@ -47,7 +47,7 @@ def fleet(clickhouse_url, tmp_path_factory):
     work = tmp_path_factory.mktemp("views")
     telemetry = work / "telemetry.jsonl"
     out = gpufleet("simulate", "--nodes", "4", "--gpus-per-node", "4", "--hours", "5", "--faults", "1", "--seed", "5",
-                   "--start", "1764374400", "-o", str(telemetry))
+                   "-o", str(telemetry))
     assert out.returncode == 0, out.stderr
     database = f"views_{uuid.uuid4().hex[:10]}"
     out = gpufleet("replay", str(telemetry), "--dsn", clickhouse_url, "--database", database)

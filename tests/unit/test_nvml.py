@@ -58,7 +58,23 @@ def test_utilization_is_averaged_over_the_interval():
     assert g["util_pct"] == pytest.approx(36.0)
 
 
-def test_a_field_the_gpu_cannot_report_is_null_and_not_asked_again(reader):
+@pytest.fixture
+def ticking_reader():
+    """A reader whose fake NVML's clock moves a second at every look: each read finds fresh utilization samples
+    (two reads within one 200 ms sample would fall back to one more call, and make call counts depend on timing)."""
+    now = [1.7e9]
+
+    def clock():
+        now[0] += 1.0
+        return now[0]
+    r = NvmlReader(FakeNVML(gpus=4, pcie_delay_s=0.0, clock=clock), slow_interval_s=0.05)
+    r.open()
+    yield r
+    r.close()
+
+
+def test_a_field_the_gpu_cannot_report_is_null_and_not_asked_again(ticking_reader):
+    reader = ticking_reader
     reader.lib.unsupported_on[1] = {"nvmlDeviceGetTemperature"}
     first = reader.read()
     assert first[1]["temp_c"] is None and first[0]["temp_c"] is not None and first[1]["power_w"] is not None

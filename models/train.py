@@ -223,7 +223,7 @@ def _worst_goal(rep: evaluate.KindReport) -> float:
     return min(figures)
 
 
-def held_out_scores(kind: str, rec: Recording, ys: list[int | None]) -> list[float] | None:
+def left_out_scores(kind: str, rec: Recording, ys: list[int | None]) -> list[float] | None:
     """Every window's score by trees fitted without its fleet (one fit per fleet left out), or None with fewer
     than two fleets. Tuning on these, not on the scores of trees that saw the windows, chooses the threshold
     and persistence that hold on a fleet the trees have not seen: in-sample scores of boosted trees sit near
@@ -271,10 +271,11 @@ def train(recordings: Recording, describe: dict, max_false_per_1000h: float = 0.
         rows = recordings.rows[kind]
         ys = label(kind, rows, recordings.labels)
         km = fit(kind, rows, ys)
-        held_out = held_out_scores(kind, recordings, ys)
+        left_out = left_out_scores(kind, recordings, ys)
         metrics[kind] = {"windows": sum(1 for y in ys if y is not None), "faulty_windows": sum(1 for y in ys if y),
-                         "tuned_on": "held-out fleet scores" if held_out is not None else "in-sample scores",
-                         **tune(kind, recordings, km, max_false_per_1000h, held_out)}
+                         "tuned_on": ("scores of trees fitted without the fleet" if left_out is not None
+                                      else "in-sample scores"),
+                         **tune(kind, recordings, km, max_false_per_1000h, left_out)}
         kinds[kind] = km
         log.info("%s: %s", kind, metrics[kind])
     from gpufleet import __version__

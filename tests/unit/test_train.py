@@ -2,7 +2,7 @@
 import random
 
 from gpufleet.models.detectors import memory_leak
-from gpufleet.models.train import Recording, held_out_scores, label
+from gpufleet.models.train import Recording, label, left_out_scores
 
 NAMES = memory_leak.FEATURES
 
@@ -35,7 +35,7 @@ def test_each_fleets_windows_are_scored_by_trees_fitted_without_it():
     rec = both(fleet(1, grows_when_leaking=True), fleet(2, grows_when_leaking=False))
     assert [len(g) for g in rec.groups("memory_leak")] == [3000, 3000]
     ys = label("memory_leak", rec.rows["memory_leak"], rec.labels)
-    scores = held_out_scores("memory_leak", rec, ys)
+    scores = left_out_scores("memory_leak", rec, ys)
     assert scores is not None
     # each fleet is scored by the other's trees, which learned the contrary: its leaking windows score low
     for g in rec.groups("memory_leak"):
@@ -48,4 +48,4 @@ def test_a_single_fleet_is_tuned_on_its_own_scores():
     rec = fleet(1, grows_when_leaking=True)
     ys = label("memory_leak", rec.rows["memory_leak"], rec.labels)
     assert rec.groups("memory_leak") == [range(0, 3000)]
-    assert held_out_scores("memory_leak", rec, ys) is None
+    assert left_out_scores("memory_leak", rec, ys) is None

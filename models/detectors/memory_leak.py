@@ -22,7 +22,6 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
@@ -120,22 +119,19 @@ def _steady(ys: Sequence[float], total: float) -> float:
     return sum(1 for d in steps if d > eps) / len(steps)
 
 
-@cache
-def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.triu_indices(n, 1)
-
-
-def _trend(ys: Sequence[float]) -> float:
-    """Kendall's tau of the values against time, ties counting for nothing: the share of later-earlier pairs
-    that grew less the share that fell, -1 to 1. It reads only the order of the values, not their scale: a
-    process's own noise, however large, leaves it near 0 unless the memory keeps growing through it, and an
-    allocator that jumps once and holds (its values tied after the jump) brings it only part of the way."""
+def _trends(ys: Sequence[float], tail: int) -> tuple[float, float]:
+    """Kendall's tau of the values against time, ties counting for nothing (the share of later-earlier pairs
+    that grew less the share that fell, -1 to 1), over the last ``tail`` values and over all of them, from one
+    matrix of the pairs' signs. It reads only the order of the values, not their scale: a process's own noise,
+    however large, leaves it near 0 unless the memory keeps growing through it, and an allocator that jumps
+    once and holds (its values tied after the jump) brings it only part of the way."""
     n = len(ys)
     if n < 3:
-        return 0.0
+        return 0.0, 0.0
     y = np.asarray(ys, dtype=float)
-    i, j = _pairs(n)
-    return float(np.sign(y[j] - y[i]).sum()) / (n * (n - 1) / 2)
+    signs = np.triu(np.sign(y[None, :] - y[:, None]), 1)      # [i, j]: sign of y[j] - y[i], for i < j
+    k = min(tail, n)
+    return float(signs[-k:, -k:].sum()) / (k * (k - 1) / 2), float(signs.sum()) / (n * (n - 1) / 2)
 
 
 def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -176,7 +172,7 @@ def features(history: Sequence[float], total: float, age_min: float,
     load_trend = (mean(load30[-10:]) - mean(load30[:10])) / 100.0
     return [s10, s30, s60, _steady(last30, total), _steady(last60, total), _r2(last30), clip(jump_share, 0.0, 1.0),
             drawdown / total, headroom, math.log10(1 + min(to_oom, 1e6)), math.log10(1 + max(0.0, age_min)),
-            len(history) / 60.0, _corr(last30, load30), load_trend, _trend(last30), _trend(last60)]
+            len(history) / 60.0, _corr(last30, load30), load_trend, *_trends(last60, len(last30))]
 
 
 def minutes_to_oom(x: list[float]) -> float:

@@ -6,7 +6,6 @@ rollup processors alone (validation, event time, rollups, idle windows, the job 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tracemalloc
 from pathlib import Path
@@ -15,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import best_of, machine, telemetry_lines  # noqa: E402
 
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
+from gpufleet.streams.state import pack  # noqa: E402
 
 
 def run(lines: list[bytes], detect: bool) -> Pipeline:
@@ -33,8 +33,8 @@ def state(lines: list[bytes], detect: bool, gpus: int) -> tuple[float, float]:
     p.out.rows, p.out.events, p.out.done = {}, [], []
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    saved = sum(len(json.dumps(n.to_state())) for n in p.nodes.values()) + \
-        sum(len(json.dumps(j.to_state())) for j in p.jobs.values())
+    saved = sum(len(pack(n.to_state())) for n in p.nodes.values()) + \
+        sum(len(pack(j.to_state())) for j in p.jobs.values())
     return used / gpus, saved / gpus
 
 

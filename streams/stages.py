@@ -20,6 +20,7 @@ from .clocks import INF, PartitionClock, SourceClock
 from .durable import Share, StateKey, job_partition
 from .output import Output
 from .pipeline import Pipeline
+from .state import pack, unpack
 
 P = TypeVar("P")
 NODES, JOBS, CLOCKS = "nodes", "jobs", "clocks"
@@ -29,7 +30,7 @@ def saved(table: Mapping[bytes, bytes], decode: Callable[[str, dict], P]) -> Cal
     """A loader of saved processors from a state table: name -> processor or None."""
     def load(name: str) -> P | None:
         raw = table.get(name.encode())
-        return decode(name, json.loads(raw)) if raw else None
+        return decode(name, unpack(raw, name)) if raw else None
     return load
 
 
@@ -45,7 +46,8 @@ class NodeStage:
         c = self.clocks.get(partition)
         if c is None:
             raw = self.clock_table.get(f"node:{partition}".encode())
-            c = PartitionClock.from_state(json.loads(raw), f"partition {partition} clock") if raw else PartitionClock()
+            what = f"partition {partition} clock"
+            c = PartitionClock.from_state(unpack(raw, what), what) if raw else PartitionClock()
             self.clocks[partition] = c
         return c
 
@@ -93,8 +95,8 @@ class NodeStage:
     def save(self, key: StateKey) -> bytes | None:
         table, name = key
         if table == CLOCKS:
-            return json.dumps(self.clocks[int(name.split(b":")[1])].to_state()).encode()
-        return json.dumps(self.pipeline.nodes[name.decode()].to_state()).encode()
+            return pack(self.clocks[int(name.split(b":")[1])].to_state())
+        return pack(self.pipeline.nodes[name.decode()].to_state())
 
     def forget(self) -> None:
         self.pipeline.nodes.clear()
@@ -111,8 +113,9 @@ class JobStage:
         c = self.clocks.get(partition)
         if c is None:
             raw = self.clock_table.get(f"job:{partition}".encode())
-            c = (SourceClock.from_state(json.loads(raw), self.partitions, f"by-job partition {partition} clock")
-                 if raw else SourceClock(self.partitions))
+            what = f"by-job partition {partition} clock"
+            c = (SourceClock.from_state(unpack(raw, what), self.partitions, what) if raw
+                 else SourceClock(self.partitions))
             self.clocks[partition] = c
         return c
 
@@ -168,13 +171,13 @@ class JobStage:
     def save(self, key: StateKey) -> bytes | None:
         table, name = key
         if table == CLOCKS:
-            return json.dumps(self.clocks[int(name.split(b":")[1])].to_state()).encode()
+            return pack(self.clocks[int(name.split(b":")[1])].to_state())
         job = self.pipeline.jobs.get(name.decode())
         self.pipeline.forgotten.discard(name.decode())
         if job is None or job.finished:
             self.pipeline.jobs.pop(name.decode(), None)
             return None
-        return json.dumps(job.to_state()).encode()
+        return pack(job.to_state())
 
     def forget(self) -> None:
         self.pipeline.jobs.clear()

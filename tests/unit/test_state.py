@@ -14,7 +14,7 @@ from gpufleet.streams.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
 from gpufleet.streams.rollups import GpuMinute, MinuteRollups, NodeMinute
-from gpufleet.streams.state import StateError, load_fields, save_fields
+from gpufleet.streams.state import StateError, load_fields, pack, save_fields, unpack
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +126,26 @@ def test_a_saved_record_missing_a_field_or_with_a_foreign_one_is_refused():
         load_fields(Run, {k: v for k, v in saved.items() if k != "detected"}, "idle run")
     with pytest.raises(StateError, match="unknown fields"):
         load_fields(Run, {**saved, "colour": 1}, "idle run")
+
+
+def test_a_changelog_value_is_packed_to_a_fraction_of_its_json_and_read_back_exactly(running):
+    for name, node in running.nodes.items():
+        state = node.to_state()
+        plain = json.dumps(state).encode()
+        packed = pack(state)
+        assert len(packed) * 3 < len(plain), f"node {name}: {len(packed)} packed bytes against {len(plain)}"
+        assert unpack(packed, name) == roundtrip(state)
+        assert NodeProcessor.from_state(name, unpack(packed, name)).to_state() == roundtrip(state)
+
+
+def test_state_saved_as_plain_json_by_an_earlier_version_is_still_read(running):
+    name, node = next(iter(running.nodes.items()))
+    plain = json.dumps(node.to_state()).encode()
+    assert unpack(plain, name) == roundtrip(node.to_state())
+    assert unpack(b"[1, 2]", "clock") == [1, 2]
+
+
+@pytest.mark.parametrize("raw", [b"x\x01garbage", b"not json", pack("ok")[:-3]])
+def test_a_changelog_value_that_is_neither_packed_nor_json_is_refused_with_what_to_do(raw):
+    with pytest.raises(StateError, match=r"node n7: saved state is neither packed nor plain JSON .*worker.app_id"):
+        unpack(raw, "node n7")

@@ -18,7 +18,8 @@ Candidates, all fitted on the same regular series (``models/series.py``):
 absolute error, the naive baselines included (a model must beat the best of them by 2% to replace it):
 on that backtest the forecast is never worse than the best naive baseline at any horizon. The band comes
 from the chosen candidates' backtest residuals (split-conformal): p10 and p90 are the forecast plus the
-10th and 90th percentile of the residuals at that horizon.
+10th and 90th percentile of the residuals at that horizon, scaled by the factor that makes the band of the
+backtest's first half of origins hold 80% of its second half (the errors' drift from one period to the next).
 
 Plain numpy and scikit-learn; nothing here knows Kafka or ClickHouse.
 """
@@ -362,15 +363,9 @@ class Forecaster:
         for i in set(choice.tolist()):
             cols = choice == i
             residual[:, cols] = actual[:, cols] - forecasts[i][:, cols]
-        q10, q90 = np.zeros(H), np.zeros(H)
-        known = np.zeros(H, dtype=bool)
-        half = block // 2
-        for j in range(H):
-            r = residual[:, max(0, j - half):j + half + 1]
-            r = r[~np.isnan(r)]
-            if len(r) >= MIN_BLOCK_ERRORS:
-                q10[j], q90[j] = np.quantile(r, [0.1, 0.9])
-                known[j] = True
+        q10, q90, known = _band(residual, block)
+        scale = _band_scale(residual, block)
+        q10, q90 = q10 * scale, q90 * scale
         if known.any():
             last = int(np.flatnonzero(known)[-1])
             grow = np.sqrt((np.arange(H) + 1) / (last + 1))   # beyond the validation: widen like a random walk
@@ -417,6 +412,37 @@ class Forecaster:
                 parts.append(f"{names[start]} {_hours(start * self.step_s)}-{_hours(j * self.step_s)}")
                 start = j
         return ", ".join(parts)
+
+
+def _band(residual: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 10th and 90th percentiles of the residuals at each horizon (over a block of horizons around it),
+    and where there were enough of them."""
+    H = residual.shape[1]
+    q10, q90, known = np.zeros(H), np.zeros(H), np.zeros(H, dtype=bool)
+    half = block // 2
+    for j in range(H):
+        r = residual[:, max(0, j - half):j + half + 1]
+        r = r[~np.isnan(r)]
+        if len(r) >= MIN_BLOCK_ERRORS:
+            q10[j], q90[j] = np.quantile(r, [0.1, 0.9])
+            known[j] = True
+    return q10, q90, known
+
+
+def _band_scale(residual: np.ndarray, block: int) -> float:
+    """How much wider (or narrower) the band must be for the next period to hold 80%: the band of the first
+    half of the validation origins, scaled, against the residuals of the second half."""
+    n = residual.shape[0] // 2
+    if n < MIN_BLOCK_ERRORS:
+        return 1.0
+    q10, q90, known = _band(residual[:n], block)
+    later = residual[n:, known]
+    ok = ~np.isnan(later)
+    if ok.sum() < 100:
+        return 1.0
+    scales = np.linspace(0.7, 2.0, 27)
+    cover = [float(np.mean(((later >= s * q10[known]) & (later <= s * q90[known]))[ok])) for s in scales]
+    return float(scales[int(np.argmin(np.abs(np.array(cover) - 0.8)))])
 
 
 def _hours(seconds: float) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpufleet.models import backtest
-from gpufleet.models.forecast import Forecaster, History, baselines, candidates, forward_filled
+from gpufleet.models.forecast import Forecaster, History, _band_scale, baselines, candidates, forward_filled
 from gpufleet.models.series import DAY, WEEK, Series, SeriesError, parse_duration, read_csv, regular, typical_step
 
 STEP = 600
@@ -60,6 +60,19 @@ def test_the_band_holds_80_percent_of_the_actuals(tide):
     for label in ("1h", "24h", "48h"):
         assert 70 <= rep[label]["gpufleet"]["coverage_pct"] <= 90, label
     assert (bt.p10 <= bt.forecasts["gpufleet"] + 1e-9).all() and (bt.forecasts["gpufleet"] <= bt.p90 + 1e-9).all()
+
+
+@pytest.mark.parametrize("later_sd, low, high", [(1.0, 0.85, 1.15), (1.6, 1.4, 1.8), (0.8, 0.7, 0.9)])
+def test_the_band_widens_or_narrows_as_the_later_errors_of_its_own_backtest_ask(later_sd, low, high):
+    # residuals of 400 origins x 36 horizons; the second half's spread is later_sd times the first's
+    rng = np.random.default_rng(3)
+    first = rng.normal(0, 1.0, (200, 36))
+    later = rng.normal(0, later_sd, (200, 36))
+    scale = _band_scale(np.vstack([first, later]), block=6)
+    assert low <= scale <= high
+    q10, q90 = np.quantile(first, [0.1, 0.9])
+    held = np.mean((later >= scale * q10) & (later <= scale * q90))
+    assert abs(held - 0.8) < 0.03
 
 
 def test_on_its_own_backtest_the_choice_is_never_worse_than_the_best_naive_baseline():

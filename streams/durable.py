@@ -13,6 +13,11 @@ so that a worker killed at any moment loses nothing and counts nothing twice:
 3. save each touched processor's state to its table and wait for the broker;
 4. acknowledge, in offset order, the inputs whose results are all durable.
 
+Steps 2 to 4 run in the background while the next inputs are processed (step 1):
+the state saved is each touched key's as it was when the results were taken,
+and one batch's steps 2-4 start only once the batch before it has finished
+them, so state is saved and inputs acknowledged in the order they came.
+
 After a crash, state comes back from the changelog and the inputs after the
 committed offset come again: those already in the saved state are recognised
 (by offset) and ignored, the others are processed, and the rows they give
@@ -41,6 +46,7 @@ import json
 import logging
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -158,6 +164,19 @@ class Pending:
         return bool(self.events or self.dead or self.job_samples or self.watermarks or self.touched or self.done)
 
 
+@dataclass
+class Step:
+    """Pending results taken to be made durable: rows, messages to send, each touched key's saved state (None:
+    finished), the inputs they complete, and the counts to report once durable."""
+
+    generation: int                       # the rebalances seen when taken: another one since abandons it
+    rows: Any
+    sends: list
+    states: list[tuple[str, bytes, int, bytes | None]]
+    done: list
+    counts: Counter
+
+
 class Counts(Protocol):
     def count(self, stage: str, counts: dict) -> None: ...
 
@@ -179,6 +198,7 @@ class Stage:
         self.out = Output()
         self.pending = Pending()
         self.lock = asyncio.Lock()
+        self.inflight: asyncio.Task | None = None    # the results on their way to durability
         self.ack: Callable[[Any], Awaitable[Any]] | None = None
         self.pending_since: float | None = None      # when the oldest result not yet durable came
         self.last_call: float | None = None          # when batch or tick was last called
@@ -361,39 +381,55 @@ class Stage:
             await fut                                     # acknowledged by the broker
 
     async def _make_durable(self, ack: Callable[[Any], Awaitable[Any]]) -> None:
+        """Take what is pending as it is now, then, once the results before it are durable, make it durable in
+        the background: the next inputs are processed meanwhile (their results wait for this)."""
+        step = self._take_pending()
+        await self.settle()
+        self.inflight = asyncio.create_task(self._durable(step, ack))
+
+    async def settle(self) -> None:
+        """Wait until the results on their way to durability are durable (or abandoned); raises what failed."""
+        task, self.inflight = self.inflight, None
+        if task is not None:
+            await task
+
+    def _take_pending(self) -> Step:
+        """Everything pending, with the state of each touched key as it is now (processing goes on after)."""
         p, self.pending, self.pending_since = self.pending, Pending(), None
-        generation = self.rebalances.seen
+        counts, self.out.counts = self.out.counts, Counter()
+        states = [(name, key, partition, self.processor.save((name, key)))
+                  for (name, key), partition in p.touched.items()]
+        return Step(self.rebalances.seen, self.sink.take(), self._sends(p), states, p.done, counts)
+
+    async def _durable(self, step: Step, ack: Callable[[Any], Awaitable[Any]]) -> None:
         started = time.monotonic()
         # the store write and the broker's acknowledgements overlap; state waits for both
-        rows = self.sink.take()
-        await asyncio.gather(asyncio.to_thread(self.sink.write, rows), self._send_all(self._sends(p)))
+        await asyncio.gather(asyncio.to_thread(self.sink.write, step.rows), self._send_all(step.sends))
         if time.monotonic() - started > self.session_s:
             # Longer than a session (the store was down, or this process was paused): the group may have
             # given these partitions to another worker meanwhile. Give the consumer a moment to hear of it
             # (the revocation then shows below) before saving state that the new owner may have moved past.
             await asyncio.sleep(min(3.0, self.session_s / 2))
-        if self.rebalances.seen != generation:
+        if self.rebalances.seen != step.generation:
             # A rebalance happened meanwhile: these partitions may belong to another worker now, which
             # restored the saved state and gets the unacknowledged inputs again. Rows and events written
             # so far are idempotent; saving state or acknowledging now could undo its work.
             self.metrics.event(self.name, "batches_abandoned")
             return
-        for (name, key), partition in p.touched.items():
+        for name, key, partition, value in step.states:
             table = self.tables[name]
             table.partition_of[key] = partition
-            value = self.processor.save((name, key))
             if value is None:
                 if key in table:
                     del table[key]                        # finished: a tombstone in the changelog
             else:
                 table[key] = value
         await self.bus.flush()
-        if self.rebalances.seen != generation:
+        if self.rebalances.seen != step.generation:
             self.metrics.event(self.name, "batches_abandoned")
             return
-        await self._acknowledge(p.done, ack)
-        self.metrics.count(self.name, self.out.counts)
-        self.out.counts.clear()
+        await self._acknowledge(step.done, ack)
+        self.metrics.count(self.name, step.counts)
         self.metrics.batch_done(self.name, time.monotonic() - started)
 
     async def _acknowledge(self, done: Iterable, ack: Callable[[Any], Awaitable[Any]]) -> None:
@@ -405,13 +441,16 @@ class Stage:
                 ev = ev.event
             if ev is not None:
                 self.finished.setdefault(ev.message.tp, set()).add(ev.message.offset)
+        ready = []             # chosen before any acknowledgement: new inputs may arrive while each is awaited
         for tp, waiting in self.received.items():
             finished = self.finished.get(tp, set())
             for offset in sorted(waiting):
                 if offset not in finished:
                     break
                 finished.discard(offset)
-                await ack(waiting.pop(offset))
+                ready.append(waiting.pop(offset))
+        for ev in ready:
+            await ack(ev)
 
 
 class MemoryTable(dict):

@@ -93,7 +93,12 @@ class Worker:
     def feed(self, stage, topic, partition, values, start, batch=200):
         for i in range(0, len(values), batch):
             chunk = [Event(Msg(TP(topic, partition), start + i + k), v) for k, v in enumerate(values[i:i + batch])]
-            asyncio.run(stage.batch(chunk, self.ack))
+            asyncio.run(self.settled(stage, stage.batch(chunk, self.ack)))
+
+    @staticmethod
+    async def settled(stage, step):
+        await step
+        await stage.settle()
 
 
 def by_partition(messages):

@@ -100,7 +100,12 @@ class World:
         self.log.append(("ack", ev.message.offset))
 
     def run(self, batch):
-        asyncio.run(self.stage.batch(batch, self.ack))
+        asyncio.run(self.settled(self.stage.batch(batch, self.ack)))
+
+    async def settled(self, step):
+        """A step of the stage, and the durable work it started in the background, to its end."""
+        await step
+        await self.stage.settle()
 
     def counted(self, kind):
         return self.metrics.events.labels("node", kind)._value.get()
@@ -152,6 +157,7 @@ def test_a_batch_under_way_when_a_rebalance_starts_is_abandoned():
         w.stage.forget()
         gate.set()
         await task
+        await w.stage.settle()
     asyncio.run(scenario())
     assert w.acked == [] and len(w.table) == 0 and len(w.clocks) == 0, "nothing acknowledged, no state saved"
     assert w.counted("batches_abandoned") == 1
@@ -161,6 +167,38 @@ def test_a_batch_under_way_when_a_rebalance_starts_is_abandoned():
     assert w.acked == [] and w.counted("stale_skipped") == 4
     w.run(events(ticks(4), generation=2))
     assert w.acked == [0, 1, 2]
+
+
+def test_the_next_inputs_are_processed_while_the_results_before_them_are_made_durable():
+    gate, entered = threading.Event(), threading.Event()
+    w = World()
+
+    def slow_first_write(table):
+        w.log.append(("write", table))
+        if not entered.is_set():
+            entered.set()
+            gate.wait(5)
+    w.store.before_write = slow_first_write
+
+    async def scenario():
+        first = asyncio.create_task(w.stage.batch(events(ticks(4)), w.ack))
+        await asyncio.to_thread(entered.wait, 5)               # the first batch's store write is under way
+        second = asyncio.create_task(w.stage.batch(events(ticks(4, t0=1020.0), start=4), w.ack))
+        await asyncio.sleep(0.2)
+        assert w.pipeline.nodes["n1"].gate.max_ts == 1035.0, "the second batch is processed meanwhile"
+        assert w.acked == [] and len(w.table) == 0, "nothing of either is saved or acknowledged yet"
+        gate.set()
+        await first
+        await second
+        await w.stage.settle()
+    asyncio.run(scenario())
+    assert w.acked == [0, 1, 2, 3, 4, 5, 6]
+    saves = [i for i, step in enumerate(w.log) if step == ("save", b"n1")]
+    # each batch's state is saved after its rows are written, and before its own inputs are acknowledged:
+    # the second batch's only once the first one's inputs are
+    assert len(saves) == 2 and saves[0] < w.log.index(("ack", 0)) < w.log.index(("ack", 2)) < saves[1]
+    assert saves[1] < w.log.index(("ack", 3))
+    assert w.store.count("gpu_samples") == 7
 
 
 def test_a_store_that_fails_and_recovers_loses_nothing_and_holds_the_acknowledgements():
@@ -197,7 +235,7 @@ def test_results_gather_until_the_sink_is_due():
     w.run(events(ticks(4)))
     assert w.acked == [] and w.store.count("gpu_samples") == 0 and w.stage.pending
     w.stage.sink.max_delay_s = 0
-    asyncio.run(w.stage.tick())
+    asyncio.run(w.settled(w.stage.tick()))
     assert w.acked == [0, 1, 2] and w.store.count("gpu_samples") == 3
 
 
@@ -235,7 +273,7 @@ def test_a_seek_reported_for_a_generation_revoked_since_places_nothing():
     w.run(events(ticks(4), generation=3))
     assert w.acked == [] and w.store.count("gpu_samples") == 0
     w.rebalances.started(3, {TP(TOPIC, 0): 0})
-    asyncio.run(w.stage.poke())                       # what waited for the seek is taken now
+    asyncio.run(w.settled(w.stage.poke()))            # what waited for the seek is taken now
     assert w.acked == [0, 1, 2] and w.store.count("gpu_samples") == 3
 
 
@@ -282,6 +320,7 @@ def test_after_a_pause_a_worker_waits_to_hear_of_a_rebalance_before_acting():
         w.rebalances.revoked(consumer_generation=1)        # the consumer hears of it meanwhile
         w.stage.forget()
         await task
+        await w.stage.settle()
     asyncio.run(scenario())
     assert w.acked == [0] and len(w.bus.sent) == sent and w.counted("stale_skipped") == 4
     assert w.counted("pauses") == 1

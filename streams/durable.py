@@ -276,6 +276,8 @@ class Stage:
 
     async def tick(self) -> None:
         """Called periodically: make pending results durable once the sink is due, even without new input."""
+        if self.inflight is not None and self.inflight.done():
+            await self.settle()                      # what failed in the background shows now, not at the next batch
         if self.ack is None or self.pending_since is None:
             return
         await self._after_pause()

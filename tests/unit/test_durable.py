@@ -5,6 +5,7 @@ import threading
 from collections import namedtuple
 from dataclasses import dataclass
 
+import pytest
 from helpers import gpu, message
 
 from gpufleet.sql.memory import MemoryStore
@@ -324,3 +325,23 @@ def test_after_a_pause_a_worker_waits_to_hear_of_a_rebalance_before_acting():
     asyncio.run(scenario())
     assert w.acked == [0] and len(w.bus.sent) == sent and w.counted("stale_skipped") == 4
     assert w.counted("pauses") == 1
+
+
+def test_a_failure_while_results_are_made_durable_in_the_background_shows_at_the_next_tick():
+    w = World()
+
+    class Broken(Exception):
+        pass
+
+    async def flush():
+        raise Broken("the broker is gone")
+    w.bus.flush = flush
+
+    async def scenario():
+        await w.stage.batch(events(ticks(3)), w.ack)
+        await asyncio.sleep(0.05)                 # the background step fails meanwhile
+        with pytest.raises(Broken):
+            await w.stage.tick()
+        assert w.stage.inflight is None
+    asyncio.run(scenario())
+    assert w.acked == [], "nothing acknowledged"

@@ -1,13 +1,17 @@
 """The forecast and scale-policy evaluation behind QUALITY.md ("Demand forecast"): simulated fleets and, where
 given, real cluster demand traces, each through the very commands a user runs.
 
-    python bench/eval_forecast.py [--traces DIR] [--out DIR] [--seeds 1,2,3] [--weeks 12]
+    python bench/eval_forecast.py [--traces DIR] [--out DIR] [--seeds 1,2,3] [--weeks 12] [--dev]
 
 For every series: `gpufleet forecast backtest --json --chart` and `gpufleet scale simulate --json` with
 bench/scale-policy.toml; prints one table of the goals' figures and writes the JSON and charts to --out.
 Traces are read from DIR when present: helios-venus-demand.csv, helios-earth-demand.csv (column gpus) and
 philly-nodes-demand.csv (column nodes), as README "Demand forecast" describes; they are not part of the
 repository.
+
+--dev runs the development set instead, the one to choose and tune on: simulated seeds 11, 12 and 13 and the
+first two thirds of Venus and Philly (their own test periods end where the evaluation's test thirds begin;
+Earth's month is too short to cut). The evaluation's series are for figures only, run once per change chosen.
 """
 from __future__ import annotations
 
@@ -45,6 +49,14 @@ def simulated(out: Path, seed: int, weeks: float) -> Path:
     return path
 
 
+def first_two_thirds(path: Path, out: Path) -> Path:
+    """The trace's first two thirds of rows (the header kept), for the development set."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    cut = out / f"{path.stem}-dev.csv"
+    cut.write_text("\n".join(lines[:1 + (len(lines) - 1) * 2 // 3]) + "\n", encoding="utf-8")
+    return cut
+
+
 def evaluate(path: Path, value_col: str, pool: str | None, out: Path) -> dict:
     name = path.stem
     series = ["--series", str(path), "--value-col", value_col]
@@ -78,15 +90,20 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", help="folder holding the trace CSVs")
     p.add_argument("--out", default=str(ROOT / "out" / "forecast-eval"), help="where JSON and charts go")
-    p.add_argument("--seeds", default="1,2,3", help="simulated fleets (default 1,2,3)")
+    p.add_argument("--seeds", help="simulated fleets (default 1,2,3; with --dev 11,12,13)")
     p.add_argument("--weeks", type=float, default=12, help="weeks of each simulated fleet (default 12)")
+    p.add_argument("--dev", action="store_true", help="the development set, to choose and tune on (see above)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    series = [(simulated(out, int(s), args.weeks), "gpus", None) for s in args.seeds.split(",")]
+    seeds = args.seeds or ("11,12,13" if args.dev else "1,2,3")
+    series = [(simulated(out, int(s), args.weeks), "gpus", None) for s in seeds.split(",")]
     if args.traces:
-        series += [(Path(args.traces) / f, col, pool) for f, col, pool in TRACES
-                   if os.path.isfile(Path(args.traces) / f)]
+        found = [(Path(args.traces) / f, col, pool) for f, col, pool in TRACES if os.path.isfile(Path(args.traces) / f)]
+        if args.dev:
+            found = [(first_two_thirds(path, out), col, pool) for path, col, pool in found
+                     if not path.name.startswith("helios-earth")]
+        series += found
     rows = [row(path.stem, evaluate(path, col, pool, out)) for path, col, pool in series]
     head = ["series", "SMAPE % 1h: ours vs last value", "SMAPE % 24h: ours vs yesterday", "p10-p90 coverage %",
             "GPU-h: policy / static peak", "shortfall GPU-h in times: policy / reactive",

@@ -74,7 +74,7 @@ eval: $(VENV)/.installed-test
 	  --report $(EVAL_DIR)/eval.json
 
 eval-forecast: $(VENV)/.installed-test
-	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES))
+	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES)) $(if $(DEV),--dev)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck

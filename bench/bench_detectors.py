@@ -11,7 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import best_of, machine, telemetry_lines  # noqa: E402
+from common import best_of, machine, saved_states, telemetry_lines  # noqa: E402
 
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
 from gpufleet.streams.state import pack  # noqa: E402
@@ -33,8 +33,7 @@ def state(lines: list[bytes], detect: bool, gpus: int) -> tuple[float, float]:
     p.out.rows, p.out.events, p.out.done = {}, [], []
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    saved = sum(len(pack(n.to_state())) for n in p.nodes.values()) + \
-        sum(len(pack(j.to_state())) for j in p.jobs.values())
+    saved = sum(len(pack(s)) for s in saved_states(p))
     return used / gpus, saved / gpus
 
 

@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RECENT, machine  # noqa: E402
+from common import RECENT, machine, saved_states  # noqa: E402
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation  # noqa: E402
 from gpufleet.streams.kafka import delete_topics, ensure_topics, produce  # noqa: E402
@@ -168,7 +168,7 @@ def state_memory_row(gpus: int, minutes: int) -> str:
     pipeline.out.done = []
     gc.collect()
     used = rss() - before
-    states = [p.to_state() for p in pipeline.nodes.values()] + [j.to_state() for j in pipeline.jobs.values()]
+    states = saved_states(pipeline)
     started = time.process_time()
     plain = sum(len(json.dumps(s).encode()) for s in states)        # as the changelog held it before pack()
     mid = time.process_time()

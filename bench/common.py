@@ -27,3 +27,8 @@ def best_of(fn, repeat: int = 3) -> float:
 
 def machine() -> str:
     return f"{os.cpu_count()} CPUs, Python {'.'.join(map(str, __import__('sys').version_info[:3]))}"
+
+
+def saved_states(pipeline) -> list[dict]:
+    """Every node's and job's state as a worker saves it to its changelog (before ``pack``)."""
+    return [n.to_state() for n in pipeline.nodes.values()] + [j.to_state() for j in pipeline.jobs.values()]

@@ -9,13 +9,17 @@ from gpufleet.collectors.nvml import ALL_FIELDS, NvmlReader, NvmlUnavailable
 from gpufleet.collectors.telemetry import Gpu
 
 
-@pytest.fixture
-def reader():
-    lib = FakeNVML(gpus=4, pcie_delay_s=0.0)
+def opened(lib):
+    """A reader over ``lib``, open for the test, closed after it."""
     r = NvmlReader(lib, slow_interval_s=0.05)
     r.open()
     yield r
     r.close()
+
+
+@pytest.fixture
+def reader():
+    yield from opened(FakeNVML(gpus=4, pcie_delay_s=0.0))
 
 
 def test_fake_raises_pynvml_shaped_errors():
@@ -67,10 +71,7 @@ def ticking_reader():
     def clock():
         now[0] += 1.0
         return now[0]
-    r = NvmlReader(FakeNVML(gpus=4, pcie_delay_s=0.0, clock=clock), slow_interval_s=0.05)
-    r.open()
-    yield r
-    r.close()
+    yield from opened(FakeNVML(gpus=4, pcie_delay_s=0.0, clock=clock))
 
 
 def test_a_field_the_gpu_cannot_report_is_null_and_not_asked_again(ticking_reader):

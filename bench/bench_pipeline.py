@@ -5,9 +5,11 @@
 Stages, each timed over the same recorded lines (a simulated fleet with faults of every kind) in the
 same run; the stages take turns, each round running every stage once, and each keeps its fastest round:
   json.loads            the baseline: decoding the JSON and nothing else
-  validate              pydantic validation of gpufleet.telemetry.v1 (schema checks)
-  pipeline              validate, event-time gate, rollups, idle windows, metering, detectors, the job
-                        stage, raw sample rows (no store)
+  validate              pydantic validation of gpufleet.telemetry.v1 (schema checks): the contract's model
+  decode                the stream's decoder (streams/decode.py): msgspec structs made from that model, the
+                        same checks, the same verdict
+  pipeline              decode, event-time gate (decoded again on release), rollups, idle windows, metering,
+                        detectors, the job stage, raw sample rows (no store)
   pipeline + store      the above written to the embedded ClickHouse engine (chdb): what `gpufleet replay`
                         does (detectors on, raw samples stored)
 Each stage reports wall time and CPU time of the process (every thread, chdb's included): on a shared
@@ -32,6 +34,7 @@ from common import machine, telemetry_lines  # noqa: E402
 from gpufleet.collectors.telemetry import parse  # noqa: E402
 from gpufleet.sql.store import Store  # noqa: E402
 from gpufleet.streams import embedded  # noqa: E402
+from gpufleet.streams.decode import decode  # noqa: E402
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
 from gpufleet.streams.sink import Sink  # noqa: E402
 
@@ -64,6 +67,10 @@ def main() -> None:
         for line in lines:
             parse(line)
 
+    def decode_only():
+        for line in lines:
+            decode(line)
+
     def pipeline_only():
         embedded.run(source, Pipeline(), None)
 
@@ -75,7 +82,8 @@ def main() -> None:
         finally:
             store.drop()
 
-    stages = [("json.loads (baseline)", json_only), ("validate", validate), ("pipeline", pipeline_only),
+    stages = [("json.loads (baseline)", json_only), ("validate (pydantic)", validate),
+              ("decode (msgspec)", decode_only), ("pipeline", pipeline_only),
               ("pipeline + store (chdb)", with_store)]
     best = {name: (float("inf"), float("inf")) for name, _ in stages}
     for _ in range(args.repeat):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, control_kind, parse
+from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, control_kind
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import Detection, Recorder
 
 from .billing.prices import BillingConfig, Tariff
 from .config import StreamConfig
+from .decode import decode
 from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
 from .jobs import JobProcessor
 from .node import NodeProcessor
@@ -58,7 +59,7 @@ class Pipeline:
             out.done.append(ref)
             return None
         try:
-            msg = parse(payload)
+            msg = decode(payload)
             if self.live:
                 check_clock(msg, self.clock(), self.cfg.max_clock_skew_s)
         except TelemetryError as err:
@@ -84,7 +85,7 @@ class Pipeline:
 
     def push(self, msg: Telemetry, source: str = "", payload=None, ref=None,
              position: tuple[int, int] | None = None) -> Telemetry | None:
-        """Process one already validated message."""
+        """Process one already validated message (decoded by :func:`.decode.decode`, or the contract's model)."""
         node = self.node(msg.node)
         status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff,
                            payload if isinstance(payload, (bytes, str)) else None)

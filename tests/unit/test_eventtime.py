@@ -3,6 +3,7 @@ import json
 from helpers import gpu, message
 
 from gpufleet.collectors.telemetry import parse
+from gpufleet.streams.decode import decode
 from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, HELD, LATE, Gate
 
 
@@ -88,7 +89,7 @@ def test_zero_lateness_keeps_only_the_newest_waiting():
 
 
 def test_a_waiting_message_is_kept_as_the_bytes_it_came_in_and_released_as_validated():
-    # a tenth of the memory of the validated object while it waits; validated again on release
+    # two thirds of the memory of the decoded message while it waits; decoded again on release
     gate = Gate()
     raw = json.dumps(message(100, gpus=[gpu(i) for i in range(8)])).encode()
     assert gate.push(parse(raw), 30.0, 900.0, "a", raw) == (ACCEPTED, [])
@@ -97,7 +98,8 @@ def test_a_waiting_message_is_kept_as_the_bytes_it_came_in_and_released_as_valid
     assert gate.push(parse(other), 30.0, 900.0, "b", other) == (ACCEPTED, [])
     status, ready = push(gate, 140)
     assert [(m.ts, [g.index for g in m.gpus], refs) for m, refs in ready] == [(100, list(range(9)), ["a", "b"])]
-    assert ready[0][0].gpus[0] == parse(raw).gpus[0]
+    assert ready[0][0].gpus[0] == decode(raw).gpus[0]
+    assert ready[0][0].gpus[0].to_dict() == parse(raw).gpus[0].model_dump()     # what the contract validated
 
 
 def test_released_times_out_of_order_after_a_drain_are_still_known_and_forgotten_in_time_order():

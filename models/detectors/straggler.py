@@ -36,7 +36,9 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+from operator import sub
 from typing import NamedTuple
 
 from gpufleet.streams.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
@@ -159,27 +161,40 @@ def lockstep(history: Sequence[dict[str, float]]) -> bool:
     GPU's mean utilization. False only when at least half of the job's GPUs, and at least two, moved
     alone: a big move that fewer than a third of the others shared, in the same epoch or the one before or
     after (nodes sampled every minute at other moments see one pause in neighbouring epochs)."""
-    epochs = list(history)
-    deltas = [{u: after[u] - before[u] for u in after if u in before} for before, after in zip(epochs, epochs[1:])]
+    return _lockstep([(tuple(epoch), list(epoch.values())) for epoch in history])
+
+
+def _lockstep(epochs: Iterable[tuple[tuple[str, ...], Sequence[float]]]) -> bool:
+    """:func:`lockstep` over epochs kept as the GPUs' names and their utilizations in that order (epochs that saw
+    the same GPUs share one tuple of names): each step from one epoch to the next is one subtraction per GPU, and
+    only a step that holds a big move is looked at GPU by GPU."""
+    steps: list[tuple[tuple[str, ...], list[float]]] = []
+    for (names_before, before), (names, after) in pairwise(epochs):
+        if names is names_before or names == names_before:
+            steps.append((names, list(map(sub, after, before))))
+        else:
+            was = dict(zip(names_before, before))
+            kept = [(u, a - was[u]) for u, a in zip(names, after) if u in was]
+            steps.append((tuple(u for u, _ in kept), [d for _, d in kept]))
     alone: set[str] = set()
     seen: set[str] = set()
-    for i, delta in enumerate(deltas):
-        seen.update(delta)
-        near = deltas[max(0, i - 1):i + 2]
-        others_of = {w for step in near for w in step}
-        for u, d in delta.items():
+    for i, (names, moves) in enumerate(steps):
+        seen.update(names)
+        if not moves or max(map(abs, moves)) < BIG_MOVE:
+            continue
+        near = steps[max(0, i - 1):i + 2]
+        gpus = {w for step_names, _ in near for w in step_names}
+        # who moved up (down) by at least half a big move, in this step or the one before or after
+        up = {w for step_names, step in near for w, v in zip(step_names, step) if v >= BIG_MOVE / 2}
+        down = {w for step_names, step in near for w, v in zip(step_names, step) if v <= -BIG_MOVE / 2}
+        for u, d in zip(names, moves):
             if u in alone or abs(d) < BIG_MOVE:
                 continue
-            others = others_of - {u}
-            along = sum(1 for w in others if any(_same_way(d, step.get(w, 0.0)) for step in near))
-            if 3 * along < len(others):
+            same_way = up if d > 0 else down
+            along = len(same_way) - (u in same_way)
+            if 3 * along < len(gpus) - (u in gpus):
                 alone.add(u)
     return len(alone) < max(2, (len(seen) + 1) // 2)
-
-
-def _same_way(move: float, other: float) -> bool:
-    """``other`` moved the way ``move`` did, by at least half a big move."""
-    return move * other > 0 and abs(other) >= BIG_MOVE / 2
 
 
 def applies(x: list[float]) -> bool:
@@ -251,7 +266,7 @@ class Detector:
         self._remember({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
         nodes = sorted({self.where[u][0] for u in stats})
         multi = len(nodes) >= 2
-        independent = not lockstep(self.epochs())        # independent work: nobody waits, not judged
+        independent = not _lockstep(self.history)        # independent work: nobody waits, not judged
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
         entries: list[tuple[str, list[float], dict]] = []

@@ -61,6 +61,40 @@ def moves(epochs):
     return [{g: u[i] for g, u in epochs.items()} for i in range(n)]
 
 
+def lockstep_as_written(history) -> bool:
+    """The lockstep rule read straight from the module docstring, GPU by GPU and step by step: the reference the
+    detector's faster form must agree with."""
+    deltas = [{u: after[u] - before[u] for u in after if u in before} for before, after in zip(history, history[1:])]
+    alone, seen = set(), set()
+    for i, delta in enumerate(deltas):
+        seen.update(delta)
+        near = deltas[max(0, i - 1):i + 2]
+        for u, d in delta.items():
+            if abs(d) < straggler.BIG_MOVE:
+                continue
+            others = {w for step in near for w in step} - {u}
+            along = sum(1 for w in others if any(d * step.get(w, 0.0) > 0 and abs(step.get(w, 0.0))
+                                                 >= straggler.BIG_MOVE / 2 for step in near))
+            if 3 * along < len(others):
+                alone.add(u)
+    return len(alone) < max(2, (len(seen) + 1) // 2)
+
+
+def test_lockstep_agrees_with_the_rule_as_written_on_random_histories():
+    rng = random.Random(20)
+    verdicts = set()
+    for _ in range(3000):
+        gpus = [f"g{i}" for i in range(rng.choice((2, 3, 8, 16)))]
+        levels = [0.0, 7.5, 15.0, 20.0, 40.0, 47.5, 55.0, 95.0]         # moves of exactly half and a whole big move
+        history = []
+        for _ in range(rng.randint(1, straggler.LOCKSTEP_EPOCHS)):
+            present = gpus if rng.random() < 0.8 else [g for g in gpus if rng.random() < 0.8]
+            history.append({g: rng.choice(levels) if rng.random() < 0.3 else 95.0 for g in present})
+        verdicts.add(straggler.lockstep(history))
+        assert straggler.lockstep(history) == lockstep_as_written(history), history
+    assert verdicts == {True, False}
+
+
 def test_lockstep_is_told_from_how_the_gpus_utilization_moves():
     steady = moves({f"g{i}": [95.0] * 20 for i in range(8)})
     assert straggler.lockstep(steady)                       # no evidence either way: judged

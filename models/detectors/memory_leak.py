@@ -121,17 +121,44 @@ def _steady(ys: Sequence[float], total: float) -> float:
 
 def _trends(ys: Sequence[float], tail: int) -> tuple[float, float]:
     """Kendall's tau of the values against time, ties counting for nothing (the share of later-earlier pairs
-    that grew less the share that fell, -1 to 1), over the last ``tail`` values and over all of them, from one
-    matrix of the pairs' signs. It reads only the order of the values, not their scale: a process's own noise,
+    that grew less the share that fell, -1 to 1), over the last ``tail`` values and over all of them, from the
+    signs of every pair. It reads only the order of the values, not their scale: a process's own noise,
     however large, leaves it near 0 unless the memory keeps growing through it, and an allocator that jumps
     once and holds (its values tied after the jump) brings it only part of the way."""
-    n = len(ys)
-    if n < 3:
-        return 0.0, 0.0
-    y = np.asarray(ys, dtype=float)
-    signs = np.triu(np.sign(y[None, :] - y[:, None]), 1)      # [i, j]: sign of y[j] - y[i], for i < j
-    k = min(tail, n)
-    return float(signs[-k:, -k:].sum()) / (k * (k - 1) / 2), float(signs.sum()) / (n * (n - 1) / 2)
+    return _trends_many([ys], tail)[0]
+
+
+def _pairs(n: int, tail: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """For ``n`` values: every pair's earlier and later index (i < j), which pairs lie in the last ``tail``
+    values, and that tail's length."""
+    key = (n, tail)
+    found = _PAIRS.get(key)
+    if found is None:
+        i, j = np.triu_indices(n, 1)
+        k = min(tail, n)
+        found = _PAIRS[key] = (i, j, i >= n - k, k)
+    return found
+
+
+_PAIRS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
+
+
+def _trends_many(series: Sequence[Sequence[float]], tail: int) -> list[tuple[float, float]]:
+    """:func:`_trends` of several series at once (one matrix per length: a message's GPUs close their minute
+    together); the sums count signs, so they are exact in any order."""
+    out: list[tuple[float, float]] = [(0.0, 0.0)] * len(series)
+    by_length: dict[int, list[int]] = {}
+    for at, ys in enumerate(series):
+        if len(ys) >= 3:
+            by_length.setdefault(len(ys), []).append(at)
+    for n, where in by_length.items():
+        i, j, in_tail, k = _pairs(n, tail)
+        y = np.array([series[at] for at in where], dtype=float)
+        signs = np.sign(y[:, j] - y[:, i])
+        tails, alls = signs[:, in_tail].sum(axis=1), signs.sum(axis=1)
+        for at, t, a in zip(where, tails.tolist(), alls.tolist()):
+            out[at] = (t / (k * (k - 1) / 2), a / (n * (n - 1) / 2))
+    return out
 
 
 def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -147,9 +174,9 @@ def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def features(history: Sequence[float], total: float, age_min: float,
-             loads: Sequence[float] | None = None) -> list[float] | None:
+             loads: Sequence[float] | None = None, trends: tuple[float, float] | None = None) -> list[float] | None:
     """One GPU's memory, one value a minute, oldest first (and the minutes' mean utilization): is it leaking?
-    (None: too short to tell)."""
+    (None: too short to tell). ``trends``: :func:`_trends` of the last 60 minutes, when already computed."""
     if len(history) < 10 or not total:
         return None
     loads = loads if loads is not None and len(loads) == len(history) else [0.0] * len(history)
@@ -172,7 +199,14 @@ def features(history: Sequence[float], total: float, age_min: float,
     load_trend = (mean(load30[-10:]) - mean(load30[:10])) / 100.0
     return [s10, s30, s60, _steady(last30, total), _steady(last60, total), _r2(last30), clip(jump_share, 0.0, 1.0),
             drawdown / total, headroom, math.log10(1 + min(to_oom, 1e6)), math.log10(1 + max(0.0, age_min)),
-            len(history) / 60.0, _corr(last30, load30), load_trend, *_trends(last60, len(last30))]
+            len(history) / 60.0, _corr(last30, load30), load_trend,
+            *(trends if trends is not None else _trends(last60, len(last30)))]
+
+
+def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[float]]]) -> list[list[float] | None]:
+    """:func:`features` of several GPUs (``(history, total, age_min, loads)`` each), their trends in one batch."""
+    trends = _trends_many([history[-HISTORY_MINUTES:] for history, _, _, _ in items], 31)
+    return [features(history, total, age, loads, t) for (history, total, age, loads), t in zip(items, trends)]
 
 
 def minutes_to_oom(x: list[float]) -> float:
@@ -205,7 +239,10 @@ class Detector:
         for g in msg.gpus:
             self._sample(msg, g, due)
         if due:
-            self._evaluate(msg, due, decider, ctx.out, ctx.recorder)
+            judged = [d for d in due if d[1] is not None]
+            xs = iter(features_many([(m.minutes, m.total, age, m.loads) for _, m, age, *_ in judged]))
+            self._evaluate(msg, [(g, next(xs) if m is not None else None, pid, used, total)
+                                 for g, m, _, pid, used, total in due], decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
 
     def _sample(self, msg, g, due: list[tuple]) -> None:
@@ -224,8 +261,9 @@ class Detector:
             del m.minutes[:-HISTORY_MINUTES]
             del m.loads[:-HISTORY_MINUTES]
             m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
-            x = features(m.minutes, m.total, (msg.ts - m.since) / 60.0, m.loads) if m.pid is not None else None
-            due.append((g, x, m.pid, m.minutes[-1], m.total))
+            # judged below with the other GPUs whose minute closed: (gpu, track or None, age in minutes, ...)
+            due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / 60.0, m.pid, m.minutes[-1],
+                        m.total))
         m.peak = max(m.peak, g.mem_used_bytes)
         if g.util_pct is not None:
             m.util_sum += g.util_pct

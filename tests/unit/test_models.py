@@ -351,3 +351,18 @@ def test_a_window_forgets_its_samples_at_or_before_the_cutoff_and_keeps_the_rest
     assert w == []
     drop_through(w, 100.0)
     assert w == []
+
+
+def test_the_leak_trends_of_a_batch_are_each_series_own_counted_pair_by_pair():
+    rng = random.Random(3)
+    series = [[float(rng.choice((1, 2, 2, 3, 5))) * 1e9 + rng.choice((0.0, 0.5)) * i for i in range(n)]
+              for n in (3, 10, 10, 30, 31, 45, 61, 61, 61)]
+    for ys, (tail_tau, all_tau) in zip(series, memory_leak._trends_many(series, 31)):
+        pairs = [(i, j) for i in range(len(ys)) for j in range(i + 1, len(ys))]
+        k = min(31, len(ys))
+        late = [(i, j) for i, j in pairs if i >= len(ys) - k]
+        sign = [(ys[j] > ys[i]) - (ys[j] < ys[i]) for i, j in pairs]
+        assert all_tau == sum(sign) / len(pairs)
+        assert tail_tau == sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i, j in late) / len(late)
+        assert memory_leak._trends(ys, 31) == (tail_tau, all_tau)
+    assert memory_leak._trends_many([[1.0, 2.0]], 31) == [(0.0, 0.0)]          # too short to tell

@@ -133,26 +133,66 @@ def _deficit(mine: float, peers: float) -> float:
     return clip(1.0 - mine / peers, -0.5, 1.0)
 
 
-def features(stats: dict[str, Stats], expected_samples: int, multi_node: bool) -> dict[str, list[float]]:
-    """Per GPU (or node) of one job over one window: how far it is behind the others."""
+def features(stats: dict[str, Stats], expected_samples: int, multi_node: bool,
+             peers: dict[str, Peers] | None = None) -> dict[str, list[float]]:
+    """Per GPU (or node) of one job over one window: how far it is behind the others (``peers``: the medians of
+    the others, :func:`peer_medians`, when already computed)."""
     out: dict[str, list[float]] = {}
     if len(stats) < 2:
         return out
     job_util = median([s.util for s in stats.values()])
+    peers = peers if peers is not None else peer_medians(stats)
     for name, s in stats.items():
-        others = [o for n, o in stats.items() if n != name]
-        p_util = median([o.util for o in others])
-        p_clock = median([o.clock for o in others if o.clock == o.clock])
-        p_power = median([o.power for o in others if o.power == o.power])
-        p_temp = median([o.temp for o in others if o.temp == o.temp])
+        p_util, p_clock, p_power, p_temp, p_throttled = peers[name]
         clock_deficit = _deficit(s.clock, p_clock)
         behind = clip((p_util - s.util) / 100.0, -0.5, 1.0)
         x = [clock_deficit, max(0.0, behind), max(0.0, -behind), _deficit(s.power, p_power), s.throttled,
-             s.throttled - median([o.throttled for o in others]), s.capped,
+             s.throttled - p_throttled, s.capped,
              clip(s.temp - p_temp, -20.0, 40.0) if s.temp == s.temp and p_temp == p_temp else 0.0,
              job_util / 100.0, s.busy, min(1.0, s.samples / max(1, expected_samples)),
              max(clock_deficit, behind), 1.0 if multi_node else 0.0]
         out[name] = [0.0 if v != v else v for v in x]
+    return out
+
+
+class Peers(NamedTuple):
+    """The medians of the other GPUs (or nodes) of the job: utilization, clock, power, temperature, throttling
+    (clock, power and temperature over those that have a value)."""
+
+    util: float
+    clock: float
+    power: float
+    temp: float
+    throttled: float
+
+
+def peer_medians(stats: dict[str, Stats]) -> dict[str, Peers]:
+    """For each member, the medians of the others, from one sort per measure: ``median`` of the others' values
+    to the last bit, without a list and a sort per member."""
+    names = list(stats)
+    columns = [_without_each([s[m] for s in stats.values()], known_only=m in (1, 2, 3)) for m in (0, 1, 2, 3, 4)]
+    return {name: Peers(*(column[i] for column in columns)) for i, name in enumerate(names)}
+
+
+def _without_each(values: list[float], known_only: bool) -> list[float]:
+    """``median`` of the values without each one in turn (without the NaN ones too, when ``known_only``)."""
+    order = sorted((i for i, v in enumerate(values) if v == v or not known_only), key=values.__getitem__)
+    ranked = [values[i] for i in order]          # a stable sort: with one member taken out, the others' sort
+    rank = {i: r for r, i in enumerate(order)}
+    out = []
+    for i in range(len(values)):
+        r = rank.get(i)
+        n = len(ranked) - (r is not None)
+        if n == 0:
+            out.append(float("nan"))
+            continue
+        mid = n // 2
+        hi = ranked[mid + 1] if r is not None and mid >= r else ranked[mid]
+        if n % 2:
+            out.append(hi)
+        else:
+            lo = ranked[mid] if r is not None and mid - 1 >= r else ranked[mid - 1]
+            out.append((lo + hi) / 2)
     return out
 
 
@@ -273,17 +313,19 @@ class Detector:
         base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent}
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: _typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
-            for n, x in features(node_stats, expected, True).items():
+            node_peers = peer_medians(node_stats)
+            for n, x in features(node_stats, expected, True, node_peers).items():
                 bits = union(p.throttle for u in windows if self.where[u][0] == n for p in windows[u])
                 entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
                                        "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
-                                       **_numbers(node_stats, n, x)}))
-        for uuid, x in features(stats, expected, multi).items():
+                                       **_numbers(node_stats, n, x, node_peers)}))
+        peers = peer_medians(stats) if len(stats) >= 2 else {}
+        for uuid, x in features(stats, expected, multi, peers).items():
             node, index = self.where[uuid]
             entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
                                       "level": "gpu", "peers": len(stats) - 1,
                                       "bits": union(p.throttle for p in windows[uuid]),
-                                      "held": held or uuid in self.quiet, **_numbers(stats, uuid, x)}))
+                                      "held": held or uuid in self.quiet, **_numbers(stats, uuid, x, peers)}))
         for _, _, info in entries:
             info.setdefault("held", held)
         scores = decider.score_many([x for _, x, _ in entries])
@@ -368,13 +410,10 @@ def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider)
     return out
 
 
-def _numbers(stats: dict[str, Stats], name: str, x: list[float]) -> dict:
-    s = stats[name]
-    others = [o for n, o in stats.items() if n != name]
-    return {"clock": s.clock, "peer_clock": median([o.clock for o in others if o.clock == o.clock]),
-            "util": s.util, "peer_util": median([o.util for o in others]), "power": s.power,
-            "peer_power": median([o.power for o in others if o.power == o.power]), "throttled": s.throttled,
-            "slowdown": x[FEATURES.index("slowdown")]}
+def _numbers(stats: dict[str, Stats], name: str, x: list[float], peers: dict[str, Peers]) -> dict:
+    s, p = stats[name], peers[name]
+    return {"clock": s.clock, "peer_clock": p.clock, "util": s.util, "peer_util": p.util, "power": s.power,
+            "peer_power": p.power, "throttled": s.throttled, "slowdown": x[FEATURES.index("slowdown")]}
 
 
 def _r(v, digits: int = 1) -> float | None:

@@ -366,3 +366,22 @@ def test_the_leak_trends_of_a_batch_are_each_series_own_counted_pair_by_pair():
         assert tail_tau == sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i, j in late) / len(late)
         assert memory_leak._trends(ys, 31) == (tail_tau, all_tau)
     assert memory_leak._trends_many([[1.0, 2.0]], 31) == [(0.0, 0.0)]          # too short to tell
+
+
+def test_each_members_peer_medians_are_the_medians_of_the_others_to_the_last_bit():
+    from gpufleet.models.detectors.base import median
+    rng = random.Random(8)
+    nan = float("nan")
+    for _ in range(2000):
+        n = rng.choice((2, 3, 4, 7, 8, 9, 16))
+        pool = [0.0, -0.0, 0.25, 0.5, 0.5, 1.0 / 3, 0.97, nan]
+        stats = {f"g{i}": straggler.Stats(rng.choice((10.0, 55.5, 95.0, 95.0, 0.0)),
+                                          *(rng.choice(pool) for _ in range(3)), rng.choice((0.0, 0.5, 1.0)),
+                                          0.0, 1.0, 12) for i in range(n)}
+        peers = straggler.peer_medians(stats)
+        for name in stats:
+            others = [o for k, o in stats.items() if k != name]
+            want = (median([o.util for o in others]), median([o.clock for o in others if o.clock == o.clock]),
+                    median([o.power for o in others if o.power == o.power]),
+                    median([o.temp for o in others if o.temp == o.temp]), median([o.throttled for o in others]))
+            assert [repr(v) for v in peers[name]] == [repr(v) for v in want], (name, stats)

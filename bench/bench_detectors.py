@@ -6,6 +6,7 @@ rollup processors alone (validation, event time, rollups, idle windows, the job 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import tracemalloc
 from pathlib import Path
@@ -27,10 +28,12 @@ def run(lines: list[bytes], detect: bool) -> Pipeline:
 
 
 def state(lines: list[bytes], detect: bool, gpus: int) -> tuple[float, float]:
+    gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     p = run(lines, detect)
     p.out.rows, p.out.events, p.out.done = {}, [], []
+    gc.collect()                    # what the processors hold, not garbage the collector has not reached yet
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     saved = sum(len(pack(s)) for s in saved_states(p))

@@ -26,6 +26,7 @@ import typing
 from typing import Annotated, Any, Union
 
 import msgspec
+from msgspec.structs import force_setattr
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -116,6 +117,38 @@ def _rules_hold(msg) -> bool:
     return len(msg.gpus) < 2 or len({g.uuid for g in msg.gpus}) == len(msg.gpus)
 
 
+class _Names:
+    """One string object per name: the node, its pool, each GPU's uuid, model, tenant and job repeat in every
+    message, and the processors' state keeps them (a window holds a job name per sample). pydantic shares
+    repeated strings as it parses (a cache of its own); msgspec makes each anew. This is a cache of the same
+    kind: direct-mapped by the string's hash, a fixed number of slots (a name whose slot another took is kept
+    as it came, nothing grows), so a worker's memory stays bounded however many names pass through it."""
+
+    SLOTS = 1 << 18
+
+    def __init__(self) -> None:
+        self.slots: list[str | None] = [None] * self.SLOTS
+
+    def share(self, msg) -> None:
+        slots, mask = self.slots, self.SLOTS - 1
+        for obj, names in ((msg, _MESSAGE_NAMES), *((g, _GPU_NAMES) for g in msg.gpus)):
+            for name in names:
+                value = getattr(obj, name)
+                if value is None:
+                    continue
+                at = hash(value) & mask
+                known = slots[at]
+                if known == value:
+                    force_setattr(obj, name, known)
+                else:
+                    slots[at] = value
+
+
+_MESSAGE_NAMES = ("node", "pool")
+_GPU_NAMES = ("uuid", "model", "tenant", "job")
+_NAMES = _Names()
+
+
 def decode(data: str | bytes | dict) -> Any:
     """One telemetry message (JSON text, bytes, or a decoded dict) as structs; raises the contract's
     :class:`TelemetryError`, with the pydantic model's reason, for an invalid one."""
@@ -128,9 +161,10 @@ def decode(data: str | bytes | dict) -> Any:
             msg = _DECODER.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
         msg = None
-    if msg is not None and _rules_hold(msg):
-        return msg
-    return convert(contract.parse(data))         # raises with the contract's reason, or lax input accepted
+    if msg is None or not _rules_hold(msg):
+        msg = convert(contract.parse(data))      # raises with the contract's reason, or lax input accepted
+    _NAMES.share(msg)
+    return msg
 
 
 def convert(model: contract.Telemetry) -> Any:

@@ -134,3 +134,14 @@ def test_the_structs_are_made_from_the_contracts_models_field_for_field():
     for model, struct in fast.STRUCTS.items():
         assert struct.__struct_fields__ == tuple(model.model_fields)
         assert struct.__struct_encode_fields__ == tuple(f.alias or n for n, f in model.model_fields.items())
+
+
+def test_names_that_repeat_from_message_to_message_are_one_string_and_the_cache_does_not_grow():
+    # a window keeps a job name per sample: one object for all of them, as pydantic's own string cache gives
+    first, second = (fast.decode(json.dumps(message(t, gpus=[gpu(0, job="train-7", model="H100")])).encode())
+                     for t in (1767571200.0, 1767571205.0))
+    assert first.gpus[0].job is second.gpus[0].job and first.gpus[0].uuid is second.gpus[0].uuid
+    assert first.node is second.node and first.gpus[0].model is second.gpus[0].model
+    for i in range(5000):
+        fast.decode(json.dumps(message(1767571200.0 + i, node=f"n{i}", gpus=[gpu(0, job=f"j{i}")])).encode())
+    assert len(fast._NAMES.slots) == fast._Names.SLOTS

@@ -59,7 +59,7 @@ class Pipeline:
             out.done.append(ref)
             return None
         try:
-            msg = decode(payload)
+            msg = decode(payload, share_names=not isinstance(payload, (bytes, str)))    # bytes wait as bytes
             if self.live:
                 check_clock(msg, self.clock(), self.cfg.max_clock_skew_s)
         except TelemetryError as err:

@@ -136,7 +136,8 @@ def _pairs(n: int, tail: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     if found is None:
         i, j = np.triu_indices(n, 1)
         k = min(tail, n)
-        found = _PAIRS[key] = (i, j, i >= n - k, k)
+        small = np.int16 if n < 2**15 else np.intp          # kept for every length up to an hour: 2 bytes an index
+        found = _PAIRS[key] = (i.astype(small), j.astype(small), i >= n - k, k)
     return found
 
 

@@ -4,9 +4,10 @@
 (``gpus.3.util_pct: Input should be less than or equal to 100``), and what the dead-letter topic says. The
 stream decodes every message, twice when it waits for the watermark (it waits as the bytes it came in), so
 the decoder is on the hot path: pydantic takes about as long as ``json.loads`` of the same bytes, msgspec a
-quarter of that. The structs here are built from the pydantic models themselves (names, aliases, types,
-bounds, defaults; every float finite, as ``allow_inf_nan=False`` asks), so the two cannot drift apart, and
-the models' own rules (memory used within the total, no GPU twice) are checked after decoding.
+quarter of that (two fifths with the names shared, below). The structs here are built from the pydantic
+models themselves (names, aliases, types, bounds, defaults; every float finite, as ``allow_inf_nan=False``
+asks), so the two cannot drift apart, and the models' own rules (memory used within the total, no GPU
+twice) are checked after decoding.
 
 msgspec is the stricter of the two: it refuses a ``true`` or a ``"1.5"`` where a number is due, a ``3.0``
 where an integer is, which pydantic's lax mode takes. Whatever msgspec refuses, or a rule fails on, is

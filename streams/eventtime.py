@@ -32,7 +32,7 @@ class Waiting:
     """A message waiting for the watermark, and the references of every input that carried it.
 
     Given the bytes (or text) it came in, it keeps those, not the decoded structs (two thirds of their memory):
-    they are decoded again when the message is released (:func:`.decode.decode`, about a quarter of the cost of
+    they are decoded again when the message is released (:func:`.decode.decode`, less than half the cost of
     ``json.loads``), which gives the same message. (zlib's fastest level would make them a quarter of that, for
     about 10% more CPU per GPU sample: not worth it.)"""
 

@@ -20,7 +20,7 @@ exit codes: 0 done, 1 failed while running, 2 bad argument or setting."""
 
 # the optional dependency groups (pyproject.toml) by the module that tells one is missing
 EXTRAS = {"clickhouse_connect": "store", "chdb": "embedded", "faust": "worker", "mode": "worker",
-          "numpy": "train", "sklearn": "train", "matplotlib": "train"}
+          "numpy": "train", "sklearn": "train", "matplotlib": "train", "msgspec": "embedded"}
 
 
 class UsageError(Exception):
@@ -1007,6 +1007,8 @@ def main(argv: list[str] | None = None) -> int:
         if extra == "train" and getattr(args, "command", "") in ("forecast", "scale") and \
                 not (err.name or "").startswith("matplotlib"):
             extra = "forecast"
+        if extra == "embedded" and (err.name or "").startswith("msgspec") and getattr(args, "command", "") == "worker":
+            extra = "worker"                     # the stream's decoder: in both installs that run the stream
         print(f"gpufleet {getattr(args, 'command', '')}: needs the {extra} install, which lacks {err.name}: "
               f"pip install 'gpufleet[{extra}]'", file=sys.stderr)
         return 2

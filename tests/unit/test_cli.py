@@ -67,3 +67,16 @@ def test_simulate_writes_telemetry_and_labels(tmp_path):
     assert len(lines) == 2 * 720 and json.loads(lines[0])["schema"] == "gpufleet.telemetry.v1"
     labels = [json.loads(x) for x in (tmp_path / "t.labels.jsonl").read_text().splitlines()]
     assert all({"kind", "start", "end", "node"} <= set(label) for label in labels)
+
+
+@pytest.mark.parametrize("command, extra", [(["replay", "x.jsonl"], "embedded"), (["worker"], "worker")])
+def test_a_stream_command_without_msgspec_names_the_install_that_brings_it(tmp_path, command, extra):
+    blocked = tmp_path / "msgspec"
+    blocked.mkdir()
+    (blocked / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'msgspec'\", name='msgspec')\n")
+    (tmp_path / "x.jsonl").write_text('{"schema": "gpufleet.telemetry.v1", "ts": 1767571200, "node": "n"}\n')
+    out = subprocess.run([sys.executable, "-m", "gpufleet", *command], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == (f"gpufleet {command[0]}: needs the {extra} install, which lacks msgspec: "
+                                  f"pip install 'gpufleet[{extra}]'")

@@ -21,6 +21,10 @@ exit codes: 0 done, 1 failed while running, 2 bad argument or setting."""
 # the optional dependency groups (pyproject.toml) by the module that tells one is missing
 EXTRAS = {"clickhouse_connect": "store", "chdb": "embedded", "faust": "worker", "mode": "worker",
           "numpy": "train", "sklearn": "train", "matplotlib": "train", "msgspec": "embedded"}
+# a module in more than one group: the smaller install that a command needs it from
+EXTRAS_OF_COMMAND = {("numpy", "forecast"): "forecast", ("numpy", "scale"): "forecast",
+                     ("sklearn", "forecast"): "forecast", ("sklearn", "scale"): "forecast",
+                     ("msgspec", "worker"): "worker"}
 
 
 class UsageError(Exception):
@@ -1001,14 +1005,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpufleet: store: {err}".splitlines()[0], file=sys.stderr)
         return 1
     except ModuleNotFoundError as err:
-        extra = EXTRAS.get((err.name or "").split(".")[0])
+        module = (err.name or "").split(".")[0]
+        extra = EXTRAS_OF_COMMAND.get((module, getattr(args, "command", ""))) or EXTRAS.get(module)
         if extra is None:
             raise
-        if extra == "train" and getattr(args, "command", "") in ("forecast", "scale") and \
-                not (err.name or "").startswith("matplotlib"):
-            extra = "forecast"
-        if extra == "embedded" and (err.name or "").startswith("msgspec") and getattr(args, "command", "") == "worker":
-            extra = "worker"                     # the stream's decoder: in both installs that run the stream
         print(f"gpufleet {getattr(args, 'command', '')}: needs the {extra} install, which lacks {err.name}: "
               f"pip install 'gpufleet[{extra}]'", file=sys.stderr)
         return 2

@@ -204,10 +204,14 @@ def features(history: Sequence[float], total: float, age_min: float,
             *(trends if trends is not None else _trends(last60, len(last30)))]
 
 
-def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[float]]]) -> list[list[float] | None]:
-    """:func:`features` of several GPUs (``(history, total, age_min, loads)`` each), their trends in one batch."""
-    trends = _trends_many([history[-HISTORY_MINUTES:] for history, _, _, _ in items], 31)
-    return [features(history, total, age, loads, t) for (history, total, age, loads), t in zip(items, trends)]
+def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[float]] | None]) \
+        -> list[list[float] | None]:
+    """:func:`features` of several GPUs (``(history, total, age_min, loads)`` each, or None: not judged), their
+    trends in one batch (31 values: the last 30 minutes, as :func:`features` reads them)."""
+    judged = [item if item is not None and len(item[0]) >= 10 and item[1] else None for item in items]
+    trends = _trends_many([() if item is None else item[0][-HISTORY_MINUTES:] for item in judged], 31)
+    return [None if item is None else features(item[0], item[1], item[2], item[3], t)
+            for item, t in zip(judged, trends)]
 
 
 def minutes_to_oom(x: list[float]) -> float:
@@ -240,10 +244,9 @@ class Detector:
         for g in msg.gpus:
             self._sample(msg, g, due)
         if due:
-            judged = [d for d in due if d[1] is not None]
-            xs = iter(features_many([(m.minutes, m.total, age, m.loads) for _, m, age, *_ in judged]))
-            self._evaluate(msg, [(g, next(xs) if m is not None else None, pid, used, total)
-                                 for g, m, _, pid, used, total in due], decider, ctx.out, ctx.recorder)
+            xs = features_many([None if m is None else (m.minutes, m.total, age, m.loads) for _, m, age, *_ in due])
+            self._evaluate(msg, [(g, x, pid, used, total) for (g, _, _, pid, used, total), x in zip(due, xs)],
+                           decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
 
     def _sample(self, msg, g, due: list[tuple]) -> None:

@@ -169,9 +169,12 @@ class Peers(NamedTuple):
 def peer_medians(stats: dict[str, Stats]) -> dict[str, Peers]:
     """For each member, the medians of the others, from one sort per measure: ``median`` of the others' values
     to the last bit, without a list and a sort per member."""
-    names = list(stats)
-    columns = [_without_each([s[m] for s in stats.values()], known_only=m in (1, 2, 3)) for m in (0, 1, 2, 3, 4)]
-    return {name: Peers(*(column[i] for column in columns)) for i, name in enumerate(names)}
+    columns = [_without_each([getattr(s, field) for s in stats.values()], known_only=field in _KNOWN_ONLY)
+               for field in Peers._fields]
+    return {name: Peers(*(column[i] for column in columns)) for i, name in enumerate(stats)}
+
+
+_KNOWN_ONLY = ("clock", "power", "temp")        # measures a GPU may lack (NaN): medians over those that have one
 
 
 def _without_each(values: list[float], known_only: bool) -> list[float]:
@@ -319,7 +322,7 @@ class Detector:
                 entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
                                        "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
                                        **_numbers(node_stats, n, x, node_peers)}))
-        peers = peer_medians(stats) if len(stats) >= 2 else {}
+        peers = peer_medians(stats)
         for uuid, x in features(stats, expected, multi, peers).items():
             node, index = self.where[uuid]
             entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,

@@ -70,11 +70,12 @@ def _store_options(p: argparse.ArgumentParser, database: str | None = None) -> N
 
 
 def _fleet_options(p: argparse.ArgumentParser, hours: float = 6.0, start_default: float | None = None,
-                   nodes: int = 8, faults: int = 2, seed: bool = True) -> None:
+                   nodes: int = 8, faults: int = 2, seed: bool = True, interval: bool = True) -> None:
     p.add_argument("--nodes", type=int, default=nodes, help=f"nodes in the fleet (default {nodes})")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--hours", type=float, default=hours, help=f"simulated hours (default {hours:g})")
-    p.add_argument("--interval", type=float, default=5.0, help="sampling interval in seconds (default 5)")
+    if interval:
+        p.add_argument("--interval", type=float, default=5.0, help="sampling interval in seconds (default 5)")
     if seed:
         p.add_argument("--seed", type=int, default=1,
                        help="random seed: the same seed gives the same fleet (default 1)")
@@ -103,15 +104,38 @@ def _yesterday() -> float:
     return (time.time() // day - 1) * day
 
 
-def _spec(args):
+_SPEC_FLAGS = {"interval_s": "interval", "faults_per_kind": "faults"}     # FleetSpec's fields by their flags
+
+
+def fleet_spec(prog: str, **fields):
+    """A simulated fleet's spec; a value out of range is a one-line error naming its flag."""
     from gpufleet.collectors.simulator import FleetSpec
     try:
-        return FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
-                         interval_s=args.interval, seed=args.seed, faults_per_kind=args.faults,
-                         start=args.start if args.start is not None else _yesterday())
+        return FleetSpec(**fields)
     except ValueError as err:
         name, _, why = str(err).partition(": ")
-        raise UsageError(f"{args.prog}: argument --{name.replace('_', '-')}: {why}") from None
+        raise UsageError(f"{prog}: argument --{_SPEC_FLAGS.get(name, name).replace('_', '-')}: {why}") from None
+
+
+def _spec(args):
+    return fleet_spec(args.prog, nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
+                      interval_s=args.interval, seed=args.seed, faults_per_kind=args.faults,
+                      start=args.start if args.start is not None else _yesterday())
+
+
+def _numbers(prog: str, flag: str, text: str, kind: type) -> list:
+    """A list such as ``1,2,5-8`` (ranges for integers) or ``5,10,30``; a one-line error names the flag."""
+    out: list = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-") if kind is int else (part, "", "")
+            out += list(range(int(lo), int(hi) + 1)) if hi else [kind(lo)]
+    except ValueError:
+        raise UsageError(f"{prog}: argument {flag}: {text!r} is not a list such as "
+                         + ("1,2,5-8" if kind is int else "5,10,30")) from None
+    if not out:
+        raise UsageError(f"{prog}: argument {flag}: {text!r} names nothing")
+    return out
 
 
 def _settings(args) -> Settings:
@@ -569,10 +593,19 @@ def cmd_silence(args) -> int:
 
 def cmd_model(args) -> int:
     from gpufleet import model_commands
+    seeds = _numbers(f"{args.prog} {args.model_command}", "--seeds", args.seeds, int)
     if args.model_command == "train":
-        if not 1 <= args.faults <= 10_000:
-            raise UsageError(f"{args.prog} train: argument --faults: {args.faults} is not between 1 and 10000")
-        return model_commands.train(args, Progress("record", None, "messages"))
+        intervals = _numbers(f"{args.prog} train", "--intervals", args.intervals, float)
+        specs = [fleet_spec(f"{args.prog} train", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                            hours=args.hours, seed=s, faults_per_kind=args.faults,
+                            interval_s=intervals[i % len(intervals)], start=args.start)
+                 for i, s in enumerate(seeds)]
+        if not args.faults:
+            raise UsageError(f"{args.prog} train: argument --faults: 0 faults leave nothing to learn")
+        return model_commands.train(args, specs)
+    specs = [fleet_spec(f"{args.prog} eval", nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
+                        seed=s, faults_per_kind=args.faults, interval_s=args.interval, start=args.start)
+             for s in seeds]
     if args.telemetry and not args.labels:
         raise UsageError(f"{args.prog} eval: argument --labels: needed with --telemetry")
     if args.held_out is not None:
@@ -589,7 +622,7 @@ def cmd_model(args) -> int:
             Model.load(args.model)
         except ModelError as err:
             raise UsageError(f"{args.prog} eval: argument --model: {err}") from None
-    return model_commands.evaluate_command(args, Progress("record", None, "messages"))
+    return model_commands.evaluate_command(args, specs, Progress("record", None, "messages"))
 
 
 def cmd_forecast(args) -> int:
@@ -781,8 +814,9 @@ def build_parser() -> Parser:
     m = msub.add_parser("train", help="fit a model on simulated fleets and write it as JSON",
                         description="Simulate labelled fleets (one per seed), record every window the detectors "
                                     "evaluate, fit gradient-boosted trees per kind and tune their thresholds on "
-                                    "incidents. The packaged model: gpufleet model train --intervals 5,10")
-    _fleet_options(m, hours=12.0, start_default=DEFAULT_START, nodes=16, faults=12, seed=False)
+                                    "incidents. The packaged model: gpufleet model train --seeds 101-104 "
+                                    "--intervals 5,10,30,60")
+    _fleet_options(m, hours=12.0, start_default=DEFAULT_START, nodes=16, faults=12, seed=False, interval=False)
     m.set_defaults(seeds="101-104")
     m.add_argument("--seeds", help="simulated fleets to train on, e.g. 1,2,5-8 (default 101-104)")
     m.add_argument("--intervals", default="5",

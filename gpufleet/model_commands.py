@@ -1,6 +1,7 @@
 """``gpufleet model train`` and ``gpufleet model eval``."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 import time
@@ -15,19 +16,7 @@ GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.9, "false_per_1000h":
          "leak_early_share": 0.9, "leak_within_hour_share": 0.9, "margin_over_baselines": 0.1}
 
 
-def _seeds(text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    return out
-
-
-def train(args, progress) -> int:
-    intervals = [float(v) for v in args.intervals.split(",")]
-    specs = [FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours, seed=s,
-                       faults_per_kind=args.faults, interval_s=intervals[i % len(intervals)])
-             for i, s in enumerate(_seeds(args.seeds))]
+def train(args, specs: list[FleetSpec]) -> int:
     model = train_on_simulations(specs, args.max_false, progress=lambda text: print(text, file=sys.stderr))
     model.save(args.out)
     m = model.metadata
@@ -136,7 +125,7 @@ def held_out_pairs(directory: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def evaluate_command(args, progress) -> int:
+def evaluate_command(args, specs: list[FleetSpec], progress) -> int:
     model = Model.load(args.model) if args.model else Model.default()
     started = time.monotonic()
     families: dict[str, Recording] = {}
@@ -144,10 +133,12 @@ def evaluate_command(args, progress) -> int:
         families["recording"] = _recorded_files([(args.telemetry, args.labels)], model, progress)
     else:
         rec = Recording()
-        for seed in _seeds(args.seeds):
-            sim = Simulation(FleetSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
-                                       seed=seed, faults_per_kind=args.faults))
-            print(f"evaluating on simulated fleet seed {seed}", file=sys.stderr)
+        for spec in specs:
+            sim = Simulation(spec)
+            start = dt.datetime.fromtimestamp(spec.start, dt.UTC)
+            print(f"evaluating on simulated fleet seed {spec.seed} ({spec.nodes} nodes x {spec.gpus_per_node} GPUs, "
+                  f"{spec.hours:g} h from {start:%Y-%m-%d %H:%M} UTC, sampled every {spec.interval_s:g} s)",
+                  file=sys.stderr)
             rec.extend(record(sim.messages(), sim.labels(), model=model, progress=progress))
         families["simulated family"] = rec
     if args.held_out:

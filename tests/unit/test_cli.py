@@ -27,6 +27,13 @@ def run(*args, env=None):
     (["bill"], "--month"),
     (["bill", "--month", "2026-13"], "--month"),
     (["bill", "--month", "2026-01", "--format", "pdf"], "--format"),
+    (["model", "eval", "--nodes", "0"], "--nodes"),
+    (["model", "eval", "--interval", "-5"], "--interval"),
+    (["model", "eval", "--faults", "-1"], "--faults"),
+    (["model", "eval", "--seeds", "9001-x"], "--seeds"),
+    (["model", "train", "--intervals", "5,fast"], "--intervals"),
+    (["model", "train", "--gpus-per-node", "65"], "--gpus-per-node"),
+    (["model", "train", "--faults", "0"], "--faults"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args, names, capsys):
     assert main(args) == 2
@@ -80,3 +87,11 @@ def test_a_stream_command_without_msgspec_names_the_install_that_brings_it(tmp_p
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == (f"gpufleet {command[0]}: needs the {extra} install, which lacks msgspec: "
                                   f"pip install 'gpufleet[{extra}]'")
+
+
+def test_model_eval_simulates_the_fleet_its_options_describe():
+    """--interval and --start reach the simulated fleet (the fleet it says it scores is the one it scores)."""
+    out = run("model", "eval", "--nodes", "1", "--gpus-per-node", "2", "--hours", "0.05", "--faults", "0",
+              "--interval", "30", "--start", "2026-03-02", "--seeds", "7", "--no-baselines")
+    assert out.returncode == 0, out.stderr
+    assert "seed 7 (1 nodes x 2 GPUs, 0.05 h from 2026-03-02 00:00 UTC, sampled every 30 s)" in out.stderr

@@ -38,6 +38,7 @@ class KindModel:
     threshold: float = 0.5          # a window scoring at least this is positive
     persist_on: int = 2             # positive windows in a row before an incident fires
     persist_off: int = 6            # negative windows in a row before it resolves
+    urgent_score: float | None = None   # a window urgent by its detector's own rule fires at once from this score
 
     def score(self, x: list[float]) -> float:
         z = 0.0

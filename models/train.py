@@ -6,7 +6,8 @@
    window lies wholly inside) is positive; outside every such fault is negative; the edges are left out.
 3. Fit, per kind, gradient-boosted trees (scikit-learn's GradientBoostingClassifier, shallow trees)
    on the windows, the classes weighted equally, and keep the trees as plain arrays.
-4. Tune, per kind, the window threshold and how many positive windows in a row open an incident, on each
+4. Tune, per kind, the window threshold and how many positive windows in a row open an incident (and, for a
+   detector with an ``urgent`` rule, the score from which an urgent window opens one at once), on each
    window's score by trees fitted without its fleet (leave one fleet out: what the trees give on a fleet
    they have not seen), replaying the recorded windows through the incident logic and scoring the
    incidents the way ``evaluate`` does: best F1 (for leaks, the lower of F1 and the shares alerted in
@@ -175,6 +176,7 @@ class Tuning:
     threshold: float
     persist_on: int
     persist_off: int
+    urgent_score: float | None = None
 
 
 def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> list[bool]:
@@ -193,10 +195,18 @@ def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> lis
     return out
 
 
+def urgents(kind: str, rows: list[tuple], scores: list[float], decider) -> list[bool]:
+    """Each recorded window's urgency, by the detector's own ``urgent`` where it has one (all False where not)."""
+    rule = getattr(module(kind), "urgent", None)
+    if rule is None:
+        return [False] * len(rows)
+    return [rule(x, score, decider) for (_, _, x, _), score in zip(rows, scores)]
+
+
 def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None = None,
               positive: list[bool] | None = None) -> list[dict]:
-    """Replay recorded windows through the stream's decision (or the ``positive`` given: a baseline's) and its
-    incident tracker: the firing alerts."""
+    """Replay recorded windows through the stream's decision and urgency (or the ``positive`` given: a
+    baseline's, never urgent) and its incident tracker: the firing alerts."""
     tracker, out = Incidents(), Output()
 
     def describe(status: str, info: dict, st, resolved_at) -> dict:
@@ -205,9 +215,11 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
 
     if positive is None:
         assert scores is not None
-        positive = positives(kind, rows, scores, decider)
-    for (key, ts, _x, info), p in zip(rows, positive):
-        tracker.observe(key, p, ts, decider, info, out, describe)
+        positive, urgent = positives(kind, rows, scores, decider), urgents(kind, rows, scores, decider)
+    else:
+        urgent = [False] * len(rows)
+    for (key, ts, _x, info), p, u in zip(rows, positive, urgent):
+        tracker.observe(key, p, ts, decider, info, out, describe, urgent=u)
     fired = [e for e in out.events if e["status"] == "firing"]
     for e in fired:                               # ids unique per incident, as alert ids are
         e["id"] = f"{e['id']}:{e['gpu_uuid'] or e['node']}:{e['job']}"
@@ -243,25 +255,34 @@ def left_out_scores(kind: str, rec: Recording, ys: list[int | None]) -> list[flo
     return scores
 
 
+URGENT_SCORES = (None, 0.9, 0.95, 0.98)      # tried for a detector with an ``urgent`` rule (None: no urgency)
+
+
 def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float,
          scores: list[float] | None = None) -> dict:
     rows = rec.rows[kind]
     if scores is None:
         scores = km.score_many([r[2] for r in rows])
+    levels = URGENT_SCORES if hasattr(module(kind), "urgent") else (None,)
     best: tuple | None = None
     for persist in (1, 2, 3, 4):
         for thr in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99):
-            fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off), scores)
-            rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
-            false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0
-            delay = rep.delay(0.5) or 0.0
-            key = (false_rate <= max_false_per_1000h, round(_worst_goal(rep), 3), round(rep.f1, 3), -delay)
-            if best is None or key > best[0]:
-                best = (key, thr, persist, rep.f1, false_rate, delay)
+            tried = set()
+            for urgent in levels:              # an urgent level at or above the threshold acts as the threshold
+                if (effective := urgent if urgent is None else min(urgent, thr)) in tried:
+                    continue
+                tried.add(effective)
+                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, effective), scores)
+                rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
+                false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0
+                delay = rep.delay(0.5) or 0.0
+                key = (false_rate <= max_false_per_1000h, round(_worst_goal(rep), 3), round(rep.f1, 3), -delay)
+                if best is None or key > best[0]:      # ties keep the first: no urgency, fewer windows, lower
+                    best = (key, thr, persist, effective, rep.f1, false_rate, delay)
     assert best is not None
-    _, km.threshold, km.persist_on, f1, false_rate, delay = best
-    return {"threshold": km.threshold, "persist_on": km.persist_on, "f1": round(f1, 4),
-            "false_per_1000_gpu_h": round(false_rate, 3), "delay_p50_s": round(delay, 1)}
+    _, km.threshold, km.persist_on, km.urgent_score, f1, false_rate, delay = best
+    return {"threshold": km.threshold, "persist_on": km.persist_on, "urgent_score": km.urgent_score,
+            "f1": round(f1, 4), "false_per_1000_gpu_h": round(false_rate, 3), "delay_p50_s": round(delay, 1)}
 
 
 def train(recordings: Recording, describe: dict, max_false_per_1000h: float = 0.3) -> Model:

@@ -1,10 +1,11 @@
 """The detectors, one module per kind, found through this registry.
 
 Each module holds its window state (typed, saved by name), its features (named), its decision (``applies``
-and ``decide``), its incidents' wording (``describe``), its threshold baseline (``baseline``) and the
-stage it runs on (``STAGE``). The stream (streams/node.py, streams/jobs.py), training (models/train.py),
-evaluation and its baselines, and the simulated fleet's faults all read :data:`REGISTRY`: adding a kind
-is one module, one line here, and a fault in the simulator.
+and ``decide``, and optionally ``urgent``: a positive that opens the incident at once), its incidents'
+wording (``describe``), its threshold baseline (``baseline``) and the stage it runs on (``STAGE``). The
+stream (streams/node.py, streams/jobs.py), training (models/train.py), evaluation and its baselines, and
+the simulated fleet's faults all read :data:`REGISTRY`: adding a kind is one module, one line here, and a
+fault in the simulator.
 
 Precedence between kinds (one cause per incident): a process restart (memory_leak) > IO starvation >
 straggler. The node stage's detectors run in registry order and hand what they know to the next (GPUs

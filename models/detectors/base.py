@@ -3,8 +3,9 @@
 A detector looks at bounded windows of samples and, every epoch of event time, turns each target's
 window into named features, scores them with its trees (models/artifact.py) and decides: positive or
 not. The :class:`Incidents` tracker turns decisions into incidents: ``persist_on`` positives in a row
-open one (a ``firing`` event), ``persist_off`` negatives in a row close it (``resolved``). The stream
-and training use the same tracker, so what training tunes is what the stream does.
+open one (a ``firing`` event), or one urgent positive (a detector's own rule: a leak about to run out of
+memory), ``persist_off`` negatives in a row close it (``resolved``). The stream and training use the same
+tracker, so what training tunes is what the stream does.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Decider(Protocol):
     threshold: float
     persist_on: int
     persist_off: int
+    urgent_score: float | None      # the score an urgent window needs to fire at once (None: none is)
 
     def score(self, x: list[float]) -> float: ...
 
@@ -102,7 +104,8 @@ class Incidents:
         self.by_key: dict[str, Incident] = {}
 
     def observe(self, key: str, positive: bool, ts: float, decider: Decider, info: dict, out: Output,
-                describe: Describe) -> None:
+                describe: Describe, urgent: bool = False) -> None:
+        """One window's decision; an ``urgent`` positive opens the incident without waiting for ``persist_on``."""
         st = self.by_key.get(key)
         if positive:
             if st is None:
@@ -110,7 +113,7 @@ class Incidents:
             st.hits += 1
             st.misses = 0
             st.info = info
-            if st.detected_at is None and st.hits >= decider.persist_on:
+            if st.detected_at is None and (st.hits >= decider.persist_on or urgent):
                 st.detected_at = ts
                 out.event(describe("firing", info, st, None))
         elif st is not None:

@@ -11,7 +11,14 @@ load), the headroom and the time left to the out-of-memory at the 30-minute rate
 Decision: the trees' score, on processes past their warm-up (10 minutes) with a growing 30-minute
 slope. A steady leak is caught within 30 to 60 minutes of its start whatever its rate; the alert says
 the rate, the time to the OOM and a severity that rises as that time shrinks: ``critical`` within
-30 minutes, ``warning`` beyond.
+30 minutes, ``warning`` beyond. The time to the OOM is the nearer of two estimates, at the 30-minute and
+at the 10-minute rate (a leak that began a few minutes ago, or speeds up, shows in the second first).
+
+Urgency: waiting for ``persist_on`` windows in a row above the threshold costs minutes a leak near the
+OOM does not have. A window that says the memory runs out within ``CRITICAL_MIN`` and scores at least the
+model's ``urgent_score`` (tuned in training with the threshold) opens the incident at once
+(:func:`urgent`): the nearer the OOM, the less certainty asked before paging, since the page is worth
+nothing after it.
 
 Precedence: a process that dies and restarts on a GPU (a new pid) makes the GPU look idle or slow for
 a while; the other detectors leave that GPU out for ``RESTART_QUIET_S`` (see :meth:`restarted`).
@@ -51,7 +58,7 @@ FEATURES = ("slope_10", "slope_30", "slope_60", "steady_30", "steady_60", "r2_30
 HISTORY_MINUTES = 61
 WARMUP_MIN = 10.0            # a process's first minutes are its warm-up: never judged
 RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other detectors this long
-CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical
+CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical, and a window may be urgent
 
 
 @dataclass(slots=True)
@@ -214,8 +221,21 @@ def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[
             for item, t in zip(judged, trends)]
 
 
+_SLOPE_10, _SLOPE_30, _HEADROOM, _TO_OOM = (FEATURES.index(f) for f in ("slope_10", "slope_30", "headroom",
+                                                                         "minutes_to_oom"))
+
+
 def minutes_to_oom(x: list[float]) -> float:
-    return 10 ** x[FEATURES.index("minutes_to_oom")] - 1
+    """The time to the OOM at the 30-minute rate (the feature the trees read)."""
+    return 10 ** x[_TO_OOM] - 1
+
+
+def oom_estimate(x: list[float]) -> tuple[float, float]:
+    """The time to the OOM in minutes, the nearer of the estimates at the 30-minute and the 10-minute rate, and
+    that rate (a share of the GPU's memory per hour)."""
+    at_30, slope_10 = minutes_to_oom(x), x[_SLOPE_10]
+    at_10 = x[_HEADROOM] / slope_10 * 60.0 if slope_10 > 1e-6 else 1e6
+    return (at_10, slope_10) if at_10 < at_30 else (at_30, x[_SLOPE_30])
 
 
 def applies(x: list[float]) -> bool:
@@ -289,15 +309,15 @@ class Detector:
                     self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
                 continue
             score = next(scores)
-            oom = minutes_to_oom(x)
+            oom, rate = oom_estimate(x)
             info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
-                    "index": g.index, "pid": pid, "score": round(score, 4),
-                    "rate_gb_h": x[FEATURES.index("slope_30")] * total / 1e9,
+                    "index": g.index, "pid": pid, "score": round(score, 4), "rate_gb_h": rate * total / 1e9,
                     "used_gb": used / 1e9, "total_gb": total / 1e9, "to_oom_min": oom,
                     "severity": "critical" if oom <= CRITICAL_MIN else "warning"}
             if recorder is not None:
                 recorder(KIND, key, msg.ts, x, info)
-            self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe)
+            self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe,
+                                   urgent=urgent(x, score, decider))
 
     def to_state(self) -> dict:
         return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
@@ -314,7 +334,16 @@ class Detector:
 
 
 def decide(x: list[float], score: float, decider: Decider) -> bool:
-    return applies(x) and score >= decider.threshold
+    return applies(x) and (score >= decider.threshold or urgent(x, score, decider))
+
+
+def urgent(x: list[float], score: float, decider: Decider) -> bool:
+    """A positive window that opens the incident at once: the memory runs out within ``CRITICAL_MIN`` at the
+    nearer estimate, and the score is at least the model's ``urgent_score`` (or the threshold, where that is
+    lower; never, where the model has none)."""
+    least = decider.urgent_score
+    return least is not None and applies(x) and score >= min(least, decider.threshold) and \
+        oom_estimate(x)[0] <= CRITICAL_MIN
 
 
 def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
@@ -323,8 +352,9 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
     oom = info["to_oom_min"]
     when = f"{oom / 60:.1f} h" if oom >= 90 else f"{oom:.0f} min"
     if status == "firing":
-        summary = (f"{who} leaks memory: {info['rate_gb_h']:.2f} GB/h for {minutes(st):.0f} min, "
-                   f"{info['used_gb']:.1f} of {info['total_gb']:.0f} GB used, out of memory in about {when}")
+        seen = minutes(st)
+        summary = (f"{who} leaks memory: {info['rate_gb_h']:.2f} GB/h" + (f" for {seen:.0f} min" if seen >= 1 else "")
+                   + f", {info['used_gb']:.1f} of {info['total_gb']:.0f} GB used, out of memory in about {when}")
     else:
         summary = f"{who} memory stopped growing (or the process ended) after {minutes(st, resolved_at):.0f} min"
     evidence = {"cause": "memory growth", "also_seen": [], "rate_bytes_per_h": round(info["rate_gb_h"] * 1e9),

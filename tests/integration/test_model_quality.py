@@ -27,9 +27,10 @@ def size_goal(goal: str) -> bool:
 DETECTED = ("straggler", "io_starvation", "memory_leak")
 # goals the packaged model misses on seed 503 (QUALITY.md), each with the floor it must keep
 # (seed 503's leaks were made harder when the simulator's processes got memory noise of their own: the model
-# before it scored 0.723 on the new fleet, 0.828 on the old one; the packaged model 0.72, with precision 1.0;
-# stragglers 0.857, 0.897 before the threshold was tuned on scores of trees that had not seen the fleet)
-MISSED_ON_503 = {"straggler: F1": 0.85, "memory_leak: F1": 0.68,
+# before it scored 0.723 on the new fleet, 0.828 on the old one; the packaged model 0.72, with precision 1.0,
+# and 0.857 since urgent windows near the OOM open an incident at once; stragglers 0.857, 0.897 before the
+# threshold was tuned on scores of trees that had not seen the fleet)
+MISSED_ON_503 = {"straggler: F1": 0.85, "memory_leak: F1": 0.82,
                  # judged only after a fall from the usual work: the simulator's starved inference services
                  # at low load do not fall (QUALITY.md); 0.549 then
                  "io_starvation: F1": 0.5,

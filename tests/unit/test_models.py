@@ -246,6 +246,40 @@ def test_incidents_fire_once_and_resolve_with_one_id():
                           {"status": "resolved", "started": 60, "detected": 90, "resolved": 270}]
 
 
+def test_an_urgent_positive_opens_the_incident_at_once():
+    km = Model.untrained().kinds["memory_leak"]
+    km.persist_on, km.persist_off = 4, 2
+    inc, out = Incidents(), Output()
+
+    def describe(status, info, st, resolved_at):
+        return {"status": status, "detected": st.detected_at}
+
+    for ts, positive, urgent in ((0, True, False), (60, True, False), (120, True, True), (180, True, True)):
+        inc.observe("memory_leak:g", positive, ts, km, {}, out, describe, urgent=urgent)
+    assert out.events == [{"status": "firing", "detected": 120}]          # not 180, the fourth in a row
+
+
+def test_a_leak_near_its_oom_is_urgent_with_less_certainty_and_one_far_from_it_is_not():
+    total = 80e9
+    km = Model.untrained().kinds["memory_leak"]
+    km.threshold, km.urgent_score = 0.98, 0.9
+    # 20 GB/h for the last 12 minutes after an hour flat: the 30-minute rate says over an hour, the 10-minute one 24 min
+    late = [68e9] * 49 + [68e9 + i * 20e9 / 60 for i in range(1, 13)]
+    far = [20e9 + i * 0.05e9 for i in range(61)]                         # 3 GB/h, 20 h from the OOM
+    fl, ff = memory_leak.features(late, total, age_min=90), memory_leak.features(far, total, age_min=90)
+    oom, rate = memory_leak.oom_estimate(fl)
+    assert memory_leak.minutes_to_oom(fl) > 60 and oom == pytest.approx((total - late[-1]) / (20e9 / 60), rel=0.15)
+    assert rate * total == pytest.approx(20e9, rel=0.05)                  # the rate of the nearer estimate
+    assert memory_leak.urgent(fl, 0.92, km) and memory_leak.decide(fl, 0.92, km)
+    assert not memory_leak.urgent(fl, 0.85, km) and not memory_leak.decide(fl, 0.85, km)
+    assert not memory_leak.urgent(ff, 0.97, km) and not memory_leak.decide(ff, 0.97, km)
+    assert memory_leak.decide(ff, 0.98, km) and not memory_leak.urgent(ff, 0.99, km)
+    km.threshold = 0.8                                                    # a lower threshold asks no more than itself
+    assert memory_leak.urgent(fl, 0.85, km)
+    km.urgent_score = None                                                # a model without urgency: never urgent
+    assert not memory_leak.urgent(fl, 0.99, km) and memory_leak.decide(fl, 0.99, km)
+
+
 LABELS = [
     {"kind": "straggler", "level": "gpu", "node": "n1", "gpu_uuid": "g1", "gpus": ["g1"], "job": "j", "start": 1000,
      "end": 2000},

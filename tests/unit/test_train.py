@@ -1,4 +1,5 @@
 """Training's choice of threshold reads scores of trees that did not see the window's fleet."""
+import math
 import random
 
 from gpufleet.models.detectors import memory_leak
@@ -49,3 +50,41 @@ def test_a_single_fleet_is_tuned_on_its_own_scores():
     ys = label("memory_leak", rec.rows["memory_leak"], rec.labels)
     assert rec.groups("memory_leak") == [range(0, 3000)]
     assert left_out_scores("memory_leak", rec, ys) is None
+
+
+def test_tuning_takes_urgency_where_only_it_catches_leaks_before_the_oom_without_false_alerts():
+    """Leaks whose windows score high only every other minute in the last quarter hour before the OOM (never
+    two in a row), and healthy GPUs with lone high windows far from any OOM: no threshold and persistence tell
+    them apart, an urgent score does (it fires on the leak's first high window near the OOM, never on a lone
+    window far from it)."""
+    from gpufleet.models.artifact import Model
+    from gpufleet.models.train import tune
+
+    def window(headroom: float, per_hour: float) -> list[float]:
+        x = [0.0] * len(NAMES)
+        x[NAMES.index("age")], x[NAMES.index("slope_30")] = 2.0, per_hour        # 99 minutes old, growing
+        x[NAMES.index("slope_10")], x[NAMES.index("headroom")] = per_hour, headroom
+        x[NAMES.index("minutes_to_oom")] = math.log10(1 + headroom / per_hour * 60)
+        return x
+
+    rec, scores = Recording(), []
+    for g in range(10):
+        uuid = f"GPU-leak-{g}"
+        rec.labels.append({"kind": "memory_leak", "level": "gpu", "node": "n1", "gpus": [uuid], "start": 6000.0,
+                           "end": 8400.0, "oom_at": 8400.0, "reaches_oom": True})
+        for minute in range(60, 140):                                 # 0.45 of the memory an hour: out at 140
+            rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0,
+                                            window((140 - minute) / 60 * 0.45, 0.45), {"gpu_uuid": uuid}))
+            scores.append(0.96 if minute >= 125 and minute % 2 else 0.1)
+    for g in range(20):
+        uuid = f"GPU-ok-{g}"
+        for minute in range(0, 300):
+            rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0, window(0.8, 0.01),
+                                            {"gpu_uuid": uuid}))
+            scores.append(0.99 if (minute + g) % 37 == 0 else 0.1)
+    rec.gpu_hours = 30 * 5.0
+    km = Model.untrained().kinds["memory_leak"]
+    tuned = tune("memory_leak", rec, km, max_false_per_1000h=0.3, scores=scores)
+    assert tuned["urgent_score"] is not None and tuned["urgent_score"] <= 0.96 and tuned["persist_on"] >= 2
+    assert tuned["f1"] == 1.0 and tuned["false_per_1000_gpu_h"] == 0.0
+    assert km.urgent_score == tuned["urgent_score"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -137,7 +137,17 @@ class Model:
             if list(m["features"]) != list(names):
                 raise ModelError(f"{where}: the {kind} detector expects features {m['features']}, this gpufleet "
                                  f"computes {list(names)}: train a new one with `gpufleet model train`")
-            kinds[kind] = KindModel(**m)
+            known = {f.name for f in fields(KindModel)}
+            if unknown := sorted(set(m) - known):
+                raise ModelError(f"{where}: the {kind} detector has settings this gpufleet does not know ({unknown}): "
+                                 "it was made by a newer gpufleet; train a new one with `gpufleet model train`")
+            try:
+                kinds[kind] = KindModel(**m)
+            except TypeError:
+                missing = sorted(f.name for f in fields(KindModel) if f.name not in m and
+                                 f.default is MISSING)
+                raise ModelError(f"{where}: the {kind} detector lacks {missing}: train a new one with "
+                                 "`gpufleet model train`") from None
         return cls(kinds, doc.get("metadata", {}))
 
     @classmethod

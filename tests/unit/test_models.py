@@ -226,6 +226,20 @@ def test_the_packaged_model_loads_and_an_incompatible_one_is_refused(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ModelError, match="cannot be read"):
         Model.load(bad)
+    newer = json.loads(json.dumps(doc))
+    newer["kinds"]["memory_leak"]["warp_factor"] = 9
+    bad.write_text(json.dumps(newer))
+    with pytest.raises(ModelError, match=r"memory_leak detector has settings .*\['warp_factor'\].*newer gpufleet"):
+        Model.load(bad)
+    broken = json.loads(json.dumps(doc))
+    del broken["kinds"]["io_starvation"]["trees"]
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(ModelError, match=r"io_starvation detector lacks \['trees'\]"):
+        Model.load(bad)
+    older = json.loads(json.dumps(doc))              # made before urgent windows: none, and it loads
+    del older["kinds"]["memory_leak"]["urgent_score"]
+    bad.write_text(json.dumps(older))
+    assert Model.load(bad).kinds["memory_leak"].urgent_score is None
     good = tmp_path / "m.json"
     model.save(good)
     assert Model.load(good).kinds["memory_leak"].trees == model.kinds["memory_leak"].trees

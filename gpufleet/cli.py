@@ -593,36 +593,33 @@ def cmd_silence(args) -> int:
 
 def cmd_model(args) -> int:
     from gpufleet import model_commands
-    seeds = _numbers(f"{args.prog} {args.model_command}", "--seeds", args.seeds, int)
-    if args.model_command == "train":
-        intervals = _numbers(f"{args.prog} train", "--intervals", args.intervals, float)
-        specs = [fleet_spec(f"{args.prog} train", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                            hours=args.hours, seed=s, faults_per_kind=args.faults,
-                            interval_s=intervals[i % len(intervals)], start=args.start)
-                 for i, s in enumerate(seeds)]
+    prog = f"{args.prog} {args.model_command}"
+    seeds = _numbers(prog, "--seeds", args.seeds, int)
+    training = args.model_command == "train"
+    intervals = _numbers(prog, "--intervals", args.intervals, float) if training else [args.interval]
+    specs = [fleet_spec(prog, nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours, seed=s,
+                        faults_per_kind=args.faults, interval_s=intervals[i % len(intervals)], start=args.start)
+             for i, s in enumerate(seeds)]
+    if training:
         if not args.faults:
-            raise UsageError(f"{args.prog} train: argument --faults: 0 faults leave nothing to learn")
+            raise UsageError(f"{prog}: argument --faults: 0 faults leave nothing to learn")
         return model_commands.train(args, specs)
-    specs = [fleet_spec(f"{args.prog} eval", nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours,
-                        seed=s, faults_per_kind=args.faults, interval_s=args.interval, start=args.start)
-             for s in seeds]
     if args.telemetry and not args.labels:
-        raise UsageError(f"{args.prog} eval: argument --labels: needed with --telemetry")
+        raise UsageError(f"{prog}: argument --labels: needed with --telemetry")
     if args.held_out is not None:
         import os
         if not os.path.isdir(args.held_out):
-            raise UsageError(f"{args.prog} eval: argument --held-out: no such directory {args.held_out!r}")
+            raise UsageError(f"{prog}: argument --held-out: no such directory {args.held_out!r}")
         if not model_commands.held_out_pairs(args.held_out):
-            raise UsageError(f"{args.prog} eval: argument --held-out: no NAME.telemetry.jsonl[.gz] with its "
+            raise UsageError(f"{prog}: argument --held-out: no NAME.telemetry.jsonl[.gz] with its "
                              f"NAME.labels.jsonl in {args.held_out!r} "
                              "(make them with: python -m bench.evalfleet)")
-    if args.model:
-        from gpufleet.models.artifact import Model, ModelError
-        try:
-            Model.load(args.model)
-        except ModelError as err:
-            raise UsageError(f"{args.prog} eval: argument --model: {err}") from None
-    return model_commands.evaluate_command(args, specs, Progress("record", None, "messages"))
+    from gpufleet.models.artifact import Model, ModelError
+    try:
+        model = Model.load(args.model) if args.model else Model.default()
+    except ModelError as err:
+        raise UsageError(f"{prog}: argument --model: {err}") from None
+    return model_commands.evaluate_command(args, specs, model, Progress("record", None, "messages"))
 
 
 def cmd_forecast(args) -> int:

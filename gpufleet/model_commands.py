@@ -125,8 +125,7 @@ def held_out_pairs(directory: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def evaluate_command(args, specs: list[FleetSpec], progress) -> int:
-    model = Model.load(args.model) if args.model else Model.default()
+def evaluate_command(args, specs: list[FleetSpec], model: Model, progress) -> int:
     started = time.monotonic()
     families: dict[str, Recording] = {}
     if args.telemetry:

@@ -137,17 +137,14 @@ class Model:
             if list(m["features"]) != list(names):
                 raise ModelError(f"{where}: the {kind} detector expects features {m['features']}, this gpufleet "
                                  f"computes {list(names)}: train a new one with `gpufleet model train`")
-            known = {f.name for f in fields(KindModel)}
-            if unknown := sorted(set(m) - known):
+            settings = {f.name: f for f in fields(KindModel)}
+            if unknown := sorted(set(m) - set(settings)):
                 raise ModelError(f"{where}: the {kind} detector has settings this gpufleet does not know ({unknown}): "
                                  "it was made by a newer gpufleet; train a new one with `gpufleet model train`")
-            try:
-                kinds[kind] = KindModel(**m)
-            except TypeError:
-                missing = sorted(f.name for f in fields(KindModel) if f.name not in m and
-                                 f.default is MISSING)
+            if missing := sorted(name for name, f in settings.items() if name not in m and f.default is MISSING):
                 raise ModelError(f"{where}: the {kind} detector lacks {missing}: train a new one with "
-                                 "`gpufleet model train`") from None
+                                 "`gpufleet model train`")
+            kinds[kind] = KindModel(**m)
         return cls(kinds, doc.get("metadata", {}))
 
     @classmethod

@@ -204,9 +204,10 @@ def urgents(kind: str, rows: list[tuple], scores: list[float], decider) -> list[
 
 
 def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None = None,
-              positive: list[bool] | None = None) -> list[dict]:
-    """Replay recorded windows through the stream's decision and urgency (or the ``positive`` given: a
-    baseline's, never urgent) and its incident tracker: the firing alerts."""
+              positive: list[bool] | None = None, urgent: list[bool] | None = None) -> list[dict]:
+    """Replay recorded windows through the stream's decision and urgency (or the ``positive`` and ``urgent``
+    given: the decisions already made, or a baseline's, never urgent) and its incident tracker: the firing
+    alerts."""
     tracker, out = Incidents(), Output()
 
     def describe(status: str, info: dict, st, resolved_at) -> dict:
@@ -216,7 +217,7 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
     if positive is None:
         assert scores is not None
         positive, urgent = positives(kind, rows, scores, decider), urgents(kind, rows, scores, decider)
-    else:
+    elif urgent is None:
         urgent = [False] * len(rows)
     for (key, ts, _x, info), p, u in zip(rows, positive, urgent):
         tracker.observe(key, p, ts, decider, info, out, describe, urgent=u)
@@ -265,22 +266,28 @@ def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float,
         scores = km.score_many([r[2] for r in rows])
     levels = URGENT_SCORES if hasattr(module(kind), "urgent") else (None,)
     best: tuple | None = None
-    for persist in (1, 2, 3, 4):
-        for thr in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99):
-            tried = set()
-            for urgent in levels:              # an urgent level at or above the threshold acts as the threshold
-                if (effective := urgent if urgent is None else min(urgent, thr)) in tried:
-                    continue
-                tried.add(effective)
-                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, effective), scores)
+    for t, thr in enumerate((0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)):
+        tried = set()
+        for u, urgent in enumerate(levels):    # an urgent level at or above the threshold acts as the threshold
+            if (effective := urgent if urgent is None else min(urgent, thr)) in tried:
+                continue
+            tried.add(effective)
+            # the windows' decisions do not depend on how many in a row open an incident: made once for all
+            decider = Tuning(thr, 1, km.persist_off, effective)
+            positive, urgency = positives(kind, rows, scores, decider), urgents(kind, rows, scores, decider)
+            for persist in (1, 2, 3, 4):
+                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, effective),
+                                  positive=positive, urgent=urgency)
                 rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
                 false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0
                 delay = rep.delay(0.5) or 0.0
                 key = (false_rate <= max_false_per_1000h, round(_worst_goal(rep), 3), round(rep.f1, 3), -delay)
-                if best is None or key > best[0]:      # ties keep the first: no urgency, fewer windows, lower
-                    best = (key, thr, persist, effective, rep.f1, false_rate, delay)
+                # ties go to fewer windows in a row, then the lower threshold, then no urgency
+                order = (persist, t, u)
+                if best is None or key > best[0] or (key == best[0] and order < best[1]):
+                    best = (key, order, thr, persist, effective, rep.f1, false_rate, delay)
     assert best is not None
-    _, km.threshold, km.persist_on, km.urgent_score, f1, false_rate, delay = best
+    _, _, km.threshold, km.persist_on, km.urgent_score, f1, false_rate, delay = best
     return {"threshold": km.threshold, "persist_on": km.persist_on, "urgent_score": km.urgent_score,
             "f1": round(f1, 4), "false_per_1000_gpu_h": round(false_rate, 3), "delay_p50_s": round(delay, 1)}
 

@@ -181,11 +181,16 @@ def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
 
 
+def _judgeable(history: Sequence[float], total: float) -> bool:
+    """Ten minutes of history, on a GPU whose memory is known: enough to tell."""
+    return len(history) >= 10 and bool(total)
+
+
 def features(history: Sequence[float], total: float, age_min: float,
              loads: Sequence[float] | None = None, trends: tuple[float, float] | None = None) -> list[float] | None:
     """One GPU's memory, one value a minute, oldest first (and the minutes' mean utilization): is it leaking?
     (None: too short to tell). ``trends``: :func:`_trends` of the last 60 minutes, when already computed."""
-    if len(history) < 10 or not total:
+    if not _judgeable(history, total):
         return None
     loads = loads if loads is not None and len(loads) == len(history) else [0.0] * len(history)
     last10, last30, last60 = history[-11:], history[-31:], history[-61:]
@@ -215,7 +220,7 @@ def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[
         -> list[list[float] | None]:
     """:func:`features` of several GPUs (``(history, total, age_min, loads)`` each, or None: not judged), their
     trends in one batch (31 values: the last 30 minutes, as :func:`features` reads them)."""
-    judged = [item if item is not None and len(item[0]) >= 10 and item[1] else None for item in items]
+    judged = [item if item is not None and _judgeable(item[0], item[1]) else None for item in items]
     trends = _trends_many([() if item is None else item[0][-HISTORY_MINUTES:] for item in judged], 31)
     return [None if item is None else features(item[0], item[1], item[2], item[3], t)
             for item, t in zip(judged, trends)]

@@ -8,7 +8,7 @@ same run; the stages take turns, each round running every stage once, and each k
   validate              pydantic validation of gpufleet.telemetry.v1 (schema checks): the contract's model
   decode                the stream's decoder (streams/decode.py): msgspec structs made from that model, the
                         same checks, the same verdict
-  pipeline              decode, event-time gate (decoded again on release), rollups, idle windows, metering,
+  pipeline              decode, event-time gate (waiting packed, unpacked on release), rollups, idle windows, metering,
                         detectors, the job stage, raw sample rows (no store)
   pipeline + store      the above written to the embedded ClickHouse engine (chdb): what `gpufleet replay`
                         does (detectors on, raw samples stored)

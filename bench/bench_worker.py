@@ -9,8 +9,8 @@
    two workers of one group sharing the 4 partitions, against one.
 2. Memory of the processors' state per tracked GPU for fleets of 1k, 10k and 100k GPUs on the
    simulated clock (growth of the resident memory while the processors take 3 simulated minutes of
-   samples, the waiting messages of the last lateness included, kept as the bytes they came in; then 65
-   minutes at 1k and 10k GPUs, when the leak detector's hour of history is full), and the size of the
+   samples, the waiting messages of the last lateness included, packed as the stream keeps them; then
+   65 minutes at 1k and 10k GPUs, when the leak detector's hour of history is full), and the size of the
    saved state per GPU. What every process holds once, whatever the fleet (numpy, the model), is loaded
    before measuring: it is not state.
 """

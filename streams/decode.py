@@ -2,9 +2,10 @@
 
 ``collectors/telemetry.py`` is the contract: pydantic models whose validation errors name the field path
 (``gpus.3.util_pct: Input should be less than or equal to 100``), and what the dead-letter topic says. The
-stream decodes every message, twice when it waits for the watermark (it waits as the bytes it came in), so
-the decoder is on the hot path: pydantic takes about as long as ``json.loads`` of the same bytes, msgspec a
-quarter of that (two fifths with the names shared, below). The structs here are built from the pydantic
+stream decodes every message once, so the decoder is on the hot path: pydantic takes about as long as
+``json.loads`` of the same bytes, msgspec a quarter of that (two fifths with the names shared, below); a
+message waiting for the watermark is packed (:func:`pack_message`, a third of its JSON) and unpacked when
+it is released, cheaper than decoding it again. The structs here are built from the pydantic
 models themselves (names, aliases, types, bounds, defaults; every float finite, as ``allow_inf_nan=False``
 asks), so the two cannot drift apart, and the models' own rules (memory used within the total, no GPU
 twice) are checked after decoding.
@@ -27,7 +28,7 @@ import typing
 from typing import Annotated, Any, Union
 
 import msgspec
-from msgspec.structs import force_setattr
+from msgspec.structs import astuple, force_setattr
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -50,20 +51,23 @@ def _meta(constraints) -> dict[str, Any]:
     return out
 
 
-def _type(tp, constraints=()) -> Any:
-    """The msgspec type of a pydantic annotation (its bounds as ``Meta``; floats bounded to be finite)."""
+def _type(tp, constraints=(), packed: bool = False) -> Any:
+    """The msgspec type of a pydantic annotation (its bounds as ``Meta``; floats bounded to be finite).
+    ``packed``: the type of a packed message's field, without bounds (it was validated before it was packed)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Annotated:
-        return _type(args[0], (*constraints, *args[1:]))
-    bounds = _meta(constraints)
+        return _type(args[0], (*constraints, *args[1:]), packed)
+    bounds = {} if packed else _meta(constraints)
     if origin in (Union, types.UnionType):
         assert not bounds
-        return Union[tuple(_type(a) for a in args)]   # noqa: UP007 (built from a tuple)
+        return Union[tuple(_type(a, (), packed) for a in args)]   # noqa: UP007 (built from a tuple)
     if origin is list:
-        inner = list[_type(args[0])]          # type: ignore[misc,valid-type]
+        inner = list[_type(args[0], (), packed)]          # type: ignore[misc,valid-type]
         return Annotated[inner, msgspec.Meta(**bounds)] if bounds else inner
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return STRUCTS[tp]
+        return (PACKED if packed else STRUCTS)[tp]
+    if packed:
+        return tp
     if tp is float:                          # finite only (a dict may hold nan or inf; JSON cannot)
         if "ge" not in bounds and "gt" not in bounds:
             bounds["ge"] = -_FINITE
@@ -80,30 +84,55 @@ def _to_dict(self) -> dict:
     return msgspec.to_builtins(self)
 
 
-def _struct(model: type[BaseModel]) -> type[msgspec.Struct]:
+def _unpacked(self):
+    """A packed struct as the plain one (its fields by the contract's names again)."""
+    return msgspec.convert(self, _PLAIN[type(self)], from_attributes=True)
+
+
+def _packed_to_json(self) -> str:
+    return _to_json(_unpacked(self))
+
+
+def _packed_to_dict(self) -> dict:
+    return _to_dict(_unpacked(self))
+
+
+def _struct(model: type[BaseModel], packed: bool = False) -> type[msgspec.Struct]:
     fields = []
     for name, f in model.model_fields.items():
-        tp = _type(f.annotation, f.metadata)
+        tp = _type(f.annotation, f.metadata, packed)
         if f.is_required():
             default: Any = msgspec.NODEFAULT
         elif f.default == []:
             default = msgspec.field(default_factory=list)
         else:
             default = f.default
-        fields.append((name, tp, msgspec.field(default=default, name=f.alias) if f.alias else default))
+        fields.append((name, tp, msgspec.field(default=default, name=f.alias) if f.alias and not packed
+                       else default))
+    if packed:
+        namespace = {"to_json": _packed_to_json, "to_dict": _packed_to_dict,
+                     "__doc__": f"{model.__doc__} (packed while it waits)"}
+        return msgspec.defstruct(model.__name__, fields, bases=(STRUCTS[model],), array_like=True, kw_only=True,
+                                 frozen=True, namespace=namespace, module=__name__)
     namespace = {"to_json": _to_json, "to_dict": _to_dict, "__doc__": f"{model.__doc__} (decoded by msgspec)"}
     return msgspec.defstruct(model.__name__, fields, kw_only=True, frozen=True, namespace=namespace,
                              module=__name__)
 
 
 STRUCTS: dict[type[BaseModel], type[msgspec.Struct]] = {}
+PACKED: dict[type[BaseModel], type[msgspec.Struct]] = {}
 for _model in (contract.Process, contract.Host, contract.Gpu, contract.Telemetry):
     STRUCTS[_model] = _struct(_model)
+for _model in (contract.Process, contract.Host, contract.Gpu, contract.Telemetry):
+    PACKED[_model] = _struct(_model, packed=True)
+_PLAIN = {PACKED[m]: STRUCTS[m] for m in STRUCTS}
 Process, Host, Gpu, Telemetry = (STRUCTS[m] for m in (contract.Process, contract.Host, contract.Gpu,
                                                        contract.Telemetry))
 
 _DECODER = msgspec.json.Decoder(Telemetry)
 _ENCODER = msgspec.json.Encoder()
+_PACK = msgspec.msgpack.Encoder()
+_UNPACK = msgspec.msgpack.Decoder(PACKED[contract.Telemetry])
 
 
 def _rules_hold(msg) -> bool:
@@ -153,7 +182,7 @@ _NAMES = _Names()
 def decode(data: str | bytes | dict, share_names: bool = True) -> Any:
     """One telemetry message (JSON text, bytes, or a decoded dict) as structs; raises the contract's
     :class:`TelemetryError`, with the pydantic model's reason, for an invalid one. ``share_names=False`` for a
-    message that only passes the event-time gate (it waits as its bytes, decoded again on release)."""
+    message that only passes the event-time gate (it waits packed, its names shared when it is unpacked)."""
     try:
         if isinstance(data, dict):
             msg = msgspec.convert(data, Telemetry)
@@ -167,6 +196,46 @@ def decode(data: str | bytes | dict, share_names: bool = True) -> Any:
         msg = convert(contract.parse(data))      # raises with the contract's reason, or lax input accepted
     if share_names:
         _NAMES.share(msg)
+    return msg
+
+
+def _nested(cls: type[msgspec.Struct]) -> tuple[tuple[int, bool], ...]:
+    """The positions of a struct's fields that hold structs: (index, a list of them)."""
+    out = []
+    for i, f in enumerate(msgspec.structs.fields(cls)):
+        text = repr(f.type)
+        if any(s.__name__ in text for s in STRUCTS.values()):
+            out.append((i, "list[" in text))
+    return tuple(out)
+
+
+_NESTED = {cls: _nested(cls) for cls in (*STRUCTS.values(), *PACKED.values())}
+
+
+def _values(obj) -> Any:
+    """A struct's field values in order, its nested structs likewise: what a packed struct decodes from."""
+    nested = _NESTED[type(obj)]
+    if not nested:
+        return astuple(obj)
+    values = list(astuple(obj))
+    for i, many in nested:
+        v = values[i]
+        if v:
+            values[i] = [_values(x) for x in v] if many else _values(v)
+    return values
+
+
+def pack_message(msg) -> bytes:
+    """A decoded message as compact bytes while it waits for the watermark: its values in field order
+    (MessagePack), without the field names, about a third of its JSON. :func:`unpack_message` gives it back."""
+    return _PACK.encode(_values(msg))
+
+
+def unpack_message(data: bytes) -> Any:
+    """A message from :func:`pack_message`, its names shared: the same fields and values as the message packed, as
+    the packed twin of its struct (a subclass: attributes, ``to_json`` and ``to_dict`` answer the same)."""
+    msg = _UNPACK.decode(data)
+    _NAMES.share(msg)
     return msg
 
 

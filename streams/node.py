@@ -33,16 +33,16 @@ class NodeProcessor:
 
     def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None,
              detection: Detection | None = None, position: tuple[int, int] | None = None,
-             tariff: Tariff | None = None, raw: bytes | str | None = None) -> str:
+             tariff: Tariff | None = None) -> str:
         """Admit one message (any order within the lateness); process what the watermark releases.
 
         ``ref`` (the input it came in) is put in ``out.done`` once the message is processed, or at
         once when it is a duplicate, late or replayed. ``position`` (partition, offset) tells a
         message delivered again after a restart, already reflected in the saved state, from one
         truly late: the first is REPLAYED, the second is LATE. ``tariff``: the billing settings (default: the
-        default price table). ``raw``: the bytes or text ``msg`` came in, kept instead of it while it waits.
+        default price table).
         """
-        status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref, raw)
+        status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref)
         held = status == HELD
         if held:
             status = DUPLICATE

@@ -59,7 +59,7 @@ class Pipeline:
             out.done.append(ref)
             return None
         try:
-            msg = decode(payload, share_names=not isinstance(payload, (bytes, str)))    # bytes wait as bytes
+            msg = decode(payload, share_names=False)     # it waits packed: its names are shared when it is released
             if self.live:
                 check_clock(msg, self.clock(), self.cfg.max_clock_skew_s)
         except TelemetryError as err:
@@ -87,8 +87,7 @@ class Pipeline:
              position: tuple[int, int] | None = None) -> Telemetry | None:
         """Process one already validated message (decoded by :func:`.decode.decode`, or the contract's model)."""
         node = self.node(msg.node)
-        status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff,
-                           payload if isinstance(payload, (bytes, str)) else None)
+        status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff)
         if self.route_jobs:
             watermark = node.gate.watermark(self.cfg.lateness_s)
             if watermark is not None:

@@ -68,6 +68,10 @@ def agree(data) -> tuple:
     expected = verdict(contract.parse, data)
     got = verdict(fast.decode, data)
     assert got == expected, f"{data!r}: decode {got}, contract {expected}"
+    if got[0] == "ok":                 # and the same message once it has waited packed, types and all
+        msg = fast.decode(data)
+        back = fast.unpack_message(fast.pack_message(msg))
+        assert isinstance(back, fast.Telemetry) and back.to_json() == msg.to_json(), f"{data!r}: packed"
     return expected
 
 
@@ -134,6 +138,22 @@ def test_the_structs_are_made_from_the_contracts_models_field_for_field():
     for model, struct in fast.STRUCTS.items():
         assert struct.__struct_fields__ == tuple(model.model_fields)
         assert struct.__struct_encode_fields__ == tuple(f.alias or n for n, f in model.model_fields.items())
+        packed = fast.PACKED[model]
+        assert issubclass(packed, struct) and packed.__struct_fields__ == struct.__struct_fields__
+
+
+def test_a_packed_message_is_less_than_half_its_json_and_reads_like_the_decoded_one():
+    raw = json.dumps(message(1767571200.5, gpus=[gpu(i, job="train-7", processes=[{"pid": 7, "mem_used_bytes": 1e9}])
+                                                  for i in range(8)])).encode()
+    msg = fast.decode(raw)
+    packed = fast.pack_message(msg)
+    assert len(packed) < len(raw) / 2
+    back = fast.unpack_message(packed)
+    assert back.to_dict() == msg.to_dict() == contract.parse(raw).model_dump(by_alias=True)
+    assert back.schema_ == msg.schema_ and back.gpus[3].processes[0].pid == 7
+    assert back.gpus[3].util_pct == msg.gpus[3].util_pct
+    again = fast.unpack_message(packed)          # names shared on the way out, as a decoded message's
+    assert again.gpus[0].job is back.gpus[0].job and again.node is back.node
 
 
 def test_names_that_repeat_from_message_to_message_are_one_string_and_the_cache_does_not_grow():

@@ -88,18 +88,19 @@ def test_zero_lateness_keeps_only_the_newest_waiting():
     assert [m.ts for m, _ in ready] == [1]
 
 
-def test_a_waiting_message_is_kept_as_the_bytes_it_came_in_and_released_as_validated():
-    # two thirds of the memory of the decoded message while it waits; decoded again on release
+def test_a_waiting_message_is_kept_packed_and_released_as_validated():
+    # less than half its JSON while it waits (a collector's full messages: a third); unpacked on release
     gate = Gate()
     raw = json.dumps(message(100, gpus=[gpu(i) for i in range(8)])).encode()
-    assert gate.push(parse(raw), 30.0, 900.0, "a", raw) == (ACCEPTED, [])
-    assert gate.pending[100].msg is None and gate.pending[100].raw == raw
+    assert gate.push(decode(raw, share_names=False), 30.0, 900.0, "a") == (ACCEPTED, [])
+    assert gate.pending[100].msg is None and len(gate.pending[100].packed) < len(raw) / 2
     other = json.dumps(message(100, gpus=[gpu(8)]))                # the same time, another GPU: merged
-    assert gate.push(parse(other), 30.0, 900.0, "b", other) == (ACCEPTED, [])
+    assert gate.push(decode(other), 30.0, 900.0, "b") == (ACCEPTED, [])
     status, ready = push(gate, 140)
     assert [(m.ts, [g.index for g in m.gpus], refs) for m, refs in ready] == [(100, list(range(9)), ["a", "b"])]
-    assert ready[0][0].gpus[0] == decode(raw).gpus[0]
+    assert ready[0][0].gpus[0].to_dict() == decode(raw).gpus[0].to_dict()
     assert ready[0][0].gpus[0].to_dict() == parse(raw).gpus[0].model_dump()     # what the contract validated
+    assert gate.pending[140].packed is None and gate.pending[140].msg.ts == 140  # a pydantic one waits as it is
 
 
 def test_released_times_out_of_order_after_a_drain_are_still_known_and_forgotten_in_time_order():

@@ -123,7 +123,11 @@ def test_the_lockstep_history_is_saved_compactly_and_restored_the_same():
     for epoch in epochs:
         d._remember(epoch)
     assert d.epochs() == epochs
-    assert d.history[1][0] is d.history[2][0]             # the same GPUs: their names kept once for both epochs
+    assert d.history.names[1] is d.history.names[2]       # the same GPUs: their names kept once for both epochs
+    for epoch in epochs:                                  # the oldest epochs make way
+        d._remember(epoch)
+    assert d.epochs() == (epochs + epochs)[-straggler.LOCKSTEP_EPOCHS:]
+    assert len(d.history.values) == sum(map(len, d.epochs()))
     saved = json.loads(json.dumps(d.to_state()))
     assert saved["history"]["gpus"].count("GPU-" + "0" * 36) == 1         # each GPU named once
     restored = straggler.Detector.from_state(saved)

@@ -199,14 +199,19 @@ def decode(data: str | bytes | dict, share_names: bool = True) -> Any:
     return msg
 
 
+def _holds(tp) -> tuple[bool, bool]:
+    """Whether a field's type holds a struct, and whether a list of them."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return True, False
+    inner = [_holds(a) for a in typing.get_args(tp)]
+    struct = any(s for s, _ in inner)
+    return struct, struct and (typing.get_origin(tp) is list or any(many for _, many in inner))
+
+
 def _nested(cls: type[msgspec.Struct]) -> tuple[tuple[int, bool], ...]:
     """The positions of a struct's fields that hold structs: (index, a list of them)."""
-    out = []
-    for i, f in enumerate(msgspec.structs.fields(cls)):
-        text = repr(f.type)
-        if any(s.__name__ in text for s in STRUCTS.values()):
-            out.append((i, "list[" in text))
-    return tuple(out)
+    return tuple((i, many) for i, f in enumerate(msgspec.structs.fields(cls)) for struct, many in [_holds(f.type)]
+                 if struct)
 
 
 _NESTED = {cls: _nested(cls) for cls in (*STRUCTS.values(), *PACKED.values())}

@@ -151,10 +151,10 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def state_memory_row(gpus: int, minutes: int) -> str:
+def state_memory_row(gpus: int, minutes: int, interval_s: float = 5.0) -> str:
     nodes = gpus // 8
     sim = Simulation(FleetSpec(nodes=nodes, gpus_per_node=8, hours=minutes / 60, seed=1, faults_per_kind=0,
-                               start=RECENT))
+                               start=RECENT, interval_s=interval_s))
     messages = sim.messages()
     first = next(messages)              # the simulator's own state is built before measuring
     import numpy  # noqa: F401  -- loaded where windows are scored in batches: once per process, not state
@@ -174,7 +174,8 @@ def state_memory_row(gpus: int, minutes: int) -> str:
     mid = time.process_time()
     saved = sum(len(pack(s)) for s in states)
     end = time.process_time()
-    return (f"| {gpus:,} | {nodes:,} | {minutes} | {used / 2**20:,.1f} MB | {used / gpus / 1024:.1f} kB | "
+    return (f"| {gpus:,} | {nodes:,} | {minutes}{'' if interval_s == 5.0 else f', sampled every {interval_s:g} s'} | "
+            f"{used / 2**20:,.1f} MB | {used / gpus / 1024:.1f} kB | "
             f"{saved / gpus / 1024:.2f} kB | {plain / gpus / 1024:.2f} kB | "
             f"{(end - mid) / (mid - started):.2f}x |")
 
@@ -185,8 +186,10 @@ def state_memory() -> None:
     # the same 3 minutes for each size (growth with fleet size), then 65 minutes at 1k and 10k GPUs: the
     # leak detector's hour of per-minute memory filled, the largest the state gets. Each in its own
     # process: memory freed by one is not returned to the system, and would hide the next one's growth.
-    for gpus, minutes in ((1_000, 3), (10_000, 3), (100_000, 3), (1_000, 65), (10_000, 65)):
-        row = subprocess.run([sys.executable, __file__, "--memory-of", f"{gpus},{minutes}"], check=True,
+    # and 1k GPUs sampled every second: the windows hold five times the samples
+    for gpus, minutes, interval in ((1_000, 3, 5), (10_000, 3, 5), (100_000, 3, 5), (1_000, 65, 5), (10_000, 65, 5),
+                                    (1_000, 65, 1)):
+        row = subprocess.run([sys.executable, __file__, "--memory-of", f"{gpus},{minutes},{interval}"], check=True,
                              capture_output=True, text=True).stdout.strip()
         print(row, flush=True)
 
@@ -195,10 +198,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--skip-memory", action="store_true")
-    ap.add_argument("--memory-of", metavar="GPUS,MINUTES", help=argparse.SUPPRESS)
+    ap.add_argument("--memory-of", metavar="GPUS,MINUTES[,INTERVAL_S]", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_of:
-        print(state_memory_row(*map(int, args.memory_of.split(","))))
+        gpus, minutes, *interval = args.memory_of.split(",")
+        print(state_memory_row(int(gpus), int(minutes), *map(float, interval)))
         return
     if os.environ.get("KAFKA_BOOTSTRAP") and os.environ.get("CLICKHOUSE_URL"):
         throughput(os.environ["KAFKA_BOOTSTRAP"], os.environ["CLICKHOUSE_URL"], args.messages)

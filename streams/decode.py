@@ -121,9 +121,8 @@ def _struct(model: type[BaseModel], packed: bool = False) -> type[msgspec.Struct
 
 STRUCTS: dict[type[BaseModel], type[msgspec.Struct]] = {}
 PACKED: dict[type[BaseModel], type[msgspec.Struct]] = {}
-for _model in (contract.Process, contract.Host, contract.Gpu, contract.Telemetry):
+for _model in (contract.Process, contract.Host, contract.Gpu, contract.Telemetry):     # the nested ones first
     STRUCTS[_model] = _struct(_model)
-for _model in (contract.Process, contract.Host, contract.Gpu, contract.Telemetry):
     PACKED[_model] = _struct(_model, packed=True)
 _PLAIN = {PACKED[m]: STRUCTS[m] for m in STRUCTS}
 Process, Host, Gpu, Telemetry = (STRUCTS[m] for m in (contract.Process, contract.Host, contract.Gpu,

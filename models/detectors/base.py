@@ -10,10 +10,10 @@ tracker, so what training tunes is what the stream does.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, Self
 
 from gpufleet.streams.events import alert
 from gpufleet.streams.output import Output
@@ -166,35 +166,105 @@ def minutes(st: Incident, until: float | None = None) -> float:
     return (end - st.started_at) / 60.0
 
 
-# -- windows of samples, saved as named columns ----------------------------------------------------------
-PointT = TypeVar("PointT")
+# -- windows of samples, kept as one array of doubles, saved as named columns ----------------------------------
+NAN = float("nan")
 
 
-def save_points(points, kind: Any) -> dict:
-    """A window of samples (named tuples) as named columns."""
-    return {name: [p[i] for p in points] for i, name in enumerate(kind._fields)}
+class Window:
+    """One target's samples over a window, in ts order, as one array of doubles: the values of ``FIELDS`` for
+    each sample in turn (``ts`` first), a missing value as NaN (telemetry's floats are finite, so NaN is never a
+    value). A named tuple per sample and its floats cost about 150 bytes a sample; this costs 8 a value. A
+    subclass names its fields, and those kept as integers in saved state (``INTS``)."""
+
+    __slots__ = ("data",)
+    FIELDS: tuple[str, ...] = ("ts",)
+    INTS: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self.data = array("d")
+
+    def append(self, *values: float | None) -> None:
+        self.data.extend([NAN if v is None else v for v in values] if None in values else values)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self.data) // len(self.FIELDS)
+
+    def last_ts(self) -> float:
+        """The newest sample's ts (the window is not empty)."""
+        return self.data[-len(self.FIELDS)]
+
+    def drop_through(self, cutoff: float) -> int:
+        """Forget the samples at or before ``cutoff``; how many."""
+        data = self.data
+        if not data or data[0] > cutoff:
+            return 0
+        k, end = len(self.FIELDS), len(data)
+        if end > k and data[k] > cutoff:        # the usual case: a sample in, the oldest out
+            del data[:k]
+            return 1
+        n = 0
+        while n < end and data[n] <= cutoff:
+            n += k
+        if n:
+            del data[:n]
+        return n // k
+
+    def span(self, start: float, at: float) -> tuple[int, int]:
+        """The first and past-the-last sample with ``start < ts <= at``."""
+        data, k = self.data, len(self.FIELDS)
+        i, end = 0, len(data)
+        while i < end and data[i] <= start:
+            i += k
+        if end and data[end - k] <= at:        # the usual case: every sample since start
+            return i // k, end // k
+        j = i
+        while j < end and data[j] <= at:
+            j += k
+        return i // k, j // k
+
+    def between(self, start: float, at: float) -> list[list[float]] | None:
+        """The samples with ``start < ts <= at``, one list per field in ``FIELDS`` order (None: no sample)."""
+        i, j = self.span(start, at)
+        return self.columns(i, j) if j > i else None
+
+    def columns(self, i: int, j: int) -> list[list[float]]:
+        """Samples ``i`` to ``j`` (past the last), one list per field."""
+        k = len(self.FIELDS)
+        flat = self.data[i * k:j * k].tolist()
+        return [flat[c::k] for c in range(k)]
+
+    def to_state(self) -> dict:
+        """Named columns, a missing value as None (as a window of named tuples was saved)."""
+        k = len(self.FIELDS)
+        return {name: [None if v != v else int(v) if name in self.INTS else v for v in self.data[c::k]]
+                for c, name in enumerate(self.FIELDS)}
+
+    @classmethod
+    def from_state(cls, state: dict, what: str) -> Self:
+        try:
+            columns = [state[name] for name in cls.FIELDS]
+            w = cls()
+            w.data = array("d", [NAN if v is None else float(v) for row in zip(*columns) for v in row])
+        except (KeyError, TypeError, ValueError):
+            raise StateError(f"{what}: a saved window needs the columns {list(cls.FIELDS)}") from None
+        return w
 
 
-def load_points(state: dict, kind: Any, what: str) -> list:
-    try:
-        columns = [state[name] for name in kind._fields]
-    except (KeyError, TypeError):
-        raise StateError(f"{what}: a saved window needs the columns {list(kind._fields)}") from None
-    return [kind(*row) for row in zip(*columns)]
+def not_nan(values: Iterable[float]) -> list[float]:
+    """The values that are known (not NaN)."""
+    return [v for v in values if v == v]
 
 
-def drop_through(points: list, cutoff: float) -> None:
-    """Forget the samples of a window (a list in ts order: a few hundred bytes less than a deque, whose
-    smallest block holds 64) at or before ``cutoff``."""
-    if points and points[0].ts <= cutoff:
-        n = 1
-        for p in islice(points, 1, None):
-            if p.ts > cutoff:
-                break
-            n += 1
-        del points[:n]
+def known_mean(values: list[float]) -> float:
+    """The mean of the known (not NaN) values, NaN if none: ``mean(not_nan(values))`` to the last bit, one sum when
+    every value is known."""
+    total = sum(values)
+    if total == total:
+        return total / len(values) if values else NAN
+    known = not_nan(values)
+    return mean(known) if known else NAN
 
 
 __all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Incident", "Incidents", "event", "minutes", "median", "mean",
-           "save_points", "load_points", "drop_through", "save_fields", "load_fields", "StateError", "throttle_text",
+           "Window", "not_nan", "known_mean", "NAN", "save_fields", "load_fields", "StateError", "throttle_text",
            "union", "window_s", "finite", "clip", "POWER_CAP_BIT"]

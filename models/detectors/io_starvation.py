@@ -22,24 +22,25 @@ not a starvation. A job is judged only while its GPUs hold a process.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Self
 
 from gpufleet.streams.output import Output
 
 from .base import (
     EPOCH_S,
+    NAN,
     Decider,
     Incident,
     Incidents,
     Recorder,
     StateError,
+    Window,
     clip,
-    drop_through,
     event,
-    load_points,
     mean,
     minutes,
-    save_points,
+    not_nan,
     window_s,
 )
 
@@ -60,39 +61,66 @@ NET_SCALE = 1.0e9            # bytes/s of host network receive that count as "a 
 DISK_SCALE = 1.0e9
 
 
-class GpuPoint(NamedTuple):
-    """One GPU sample in a node's window."""
+class GpuWindow(Window):
+    """One GPU's samples in a node's window, and the job of each (a name shared with the message's)."""
 
-    ts: float
-    util: float | None
-    has_process: float              # 1.0 when the GPU had a compute process
-    job: str | None
-    gpu_index: int
+    __slots__ = ("jobs",)
+    FIELDS = ("ts", "util", "has_process", "gpu_index")      # has_process: 1.0 when the GPU had a compute process
+    INTS = frozenset({"gpu_index"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: list[str | None] = []
+
+    def add(self, ts: float, util: float | None, has_process: float, job: str | None, gpu_index: int,
+            cutoff: float) -> None:
+        """One sample, and forget those at or before ``cutoff``."""
+        self.data.extend((ts, NAN if util is None else util, has_process, gpu_index))
+        self.jobs.append(job)
+        if self.data[0] <= cutoff:
+            self.drop_through(cutoff)
+
+    def drop_through(self, cutoff: float) -> int:
+        n = Window.drop_through(self, cutoff)
+        del self.jobs[:n]
+        return n
+
+    def to_state(self) -> dict:
+        columns = super().to_state()
+        return {"ts": columns["ts"], "util": columns["util"], "has_process": columns["has_process"],
+                "job": list(self.jobs), "gpu_index": columns["gpu_index"]}
+
+    @classmethod
+    def from_state(cls, state: dict, what: str) -> Self:
+        w = super().from_state(state, what)
+        jobs = state.get("job")
+        if not isinstance(jobs, list) or len(jobs) != len(w) or not all(j is None or isinstance(j, str) for j in jobs):
+            raise StateError(f"{what}: a saved window needs the columns {list(w.to_state())}")
+        w.jobs = jobs
+        return w
 
 
-class HostPoint(NamedTuple):
-    ts: float
-    iowait: float | None
-    disk_read: float | None
-    net_rx: float | None
-    cpu: float | None
+class HostWindow(Window):
+    """The host's samples in a node's window."""
+
+    __slots__ = ()
+    FIELDS = ("ts", "iowait", "disk_read", "net_rx", "cpu")
 
 
-def features(gpus: list[GpuPoint], host: list[HostPoint], usual: float | None = None) -> list[float]:
-    """One job's GPUs on one node over one window, the host's samples over the same window, and the mean of
-    the GPUs' usual utilization before it (percent; None: not known yet)."""
-    u = [s.util for s in gpus if s.util is not None]
+def features(util: Sequence[float], has_process: Sequence[float], host: Sequence[Sequence[float]] | None,
+             usual: float | None = None) -> list[float]:
+    """One job's GPUs on one node over one window (every sample's utilization, NaN where not reported, and
+    whether the GPU held a process), the host's samples over the same window (:meth:`HostWindow.between`'s
+    columns, None: none), and the mean of the GPUs' usual utilization before it (percent; None: not known yet)."""
+    u = not_nan(util)
     um = mean(u) if u else 0.0
     spread = (max(u) - min(u)) / 100.0 if u else 0.0
-    iw = [h.iowait for h in host if h.iowait is not None]
-    dr = [h.disk_read for h in host if h.disk_read is not None]
-    nr = [h.net_rx for h in host if h.net_rx is not None]
-    cpu = [h.cpu for h in host if h.cpu is not None]
+    _, iw, dr, nr, cpu = (not_nan(c) for c in host) if host is not None else ([], [], [], [], [])
     wait = mean(iw) / 100.0 if iw else 0.0
     reads = mean(dr) / DISK_SCALE if dr else 0.0
     net = mean(nr) / NET_SCALE if nr else 0.0
     busy_cpu = mean(cpu) / 100.0 if cpu else 0.0
-    has_work = mean([s.has_process for s in gpus]) if gpus else 0.0
+    has_work = mean(has_process) if len(has_process) else 0.0
     # the host fetches input *and* this job's GPUs, which hold a process, sit idle: both at once
     not_busy = (1.0 - um / 100.0) * has_work
     paths = (min(1.0, wait / 0.2), min(1.0, reads), min(1.0, net), clip((busy_cpu - 0.75) / 0.2, 0.0, 1.0))
@@ -132,9 +160,9 @@ class Detector:
     __slots__ = ("gpus", "host", "epoch", "interval", "incidents", "usual")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, list[GpuPoint]] = {}     # in ts order
+        self.gpus: dict[str, GpuWindow] = {}
         self.usual: dict[str, tuple[float, float, str]] = {}     # uuid -> (usual utilization, at, job)
-        self.host: list[HostPoint] = []
+        self.host = HostWindow()
         self.epoch: int | None = None
         self.interval = 5.0
         self.incidents = Incidents()
@@ -155,35 +183,39 @@ class Detector:
             self._evaluate(msg.node, msg.pool, (self.epoch + 1) * epoch_s, decider, out, tenant_of, quiet, recorder)
         self.epoch = epoch
         host = msg.host
-        self.host.append(HostPoint(ts, host.iowait_pct, host.disk_read_bytes_per_s, host.net_rx_bytes_per_s,
-                                   host.cpu_util_pct) if host is not None else HostPoint(ts, None, None, None, None))
+        if host is not None:
+            self.host.append(ts, host.iowait_pct, host.disk_read_bytes_per_s, host.net_rx_bytes_per_s,
+                             host.cpu_util_pct)
+        else:
+            self.host.append(ts, None, None, None, None)
         cutoff = ts - window_s(self.interval)
-        drop_through(self.host, cutoff)
+        self.host.drop_through(cutoff)
         for g in msg.gpus:
             w = self.gpus.get(g.uuid)
             if w is None:
-                w = self.gpus[g.uuid] = []
-            w.append(GpuPoint(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index))
-            drop_through(w, cutoff)
-        for uuid in [u for u, w in self.gpus.items() if not w or w[-1].ts <= cutoff]:
+                w = self.gpus[g.uuid] = GpuWindow()
+            w.add(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index, cutoff)
+        # a GPU whose newest sample is at or before the cutoff (its data empty, or ts, index: 4 values from its end)
+        for uuid in [u for u, w in self.gpus.items() if not w.data or w.data[-4] <= cutoff]:
             del self.gpus[uuid]
             self.usual.pop(uuid, None)
 
     def _evaluate(self, node: str, pool, at: float, decider: Decider, out: Output, tenant_of: dict,
                   quiet: set[str], recorder: Recorder | None) -> None:
         start = at - window_s(self.interval)
-        by_job: dict[str, list[GpuPoint]] = {}
+        by_job: dict[str, tuple[list[float], list[float], set[float]]] = {}   # utils, has_process, GPU indices
         job_usual: dict[str, list[float]] = {}
         for uuid, w in self.gpus.items():
-            samples = [s for s in w if start < s.ts <= at]
-            u = [s.util for s in samples if s.util is not None]
+            i, j = w.span(start, at)
+            _, util, has_process, index = w.columns(i, j)
+            u = not_nan(util)
             now = sum(u) / len(u) if u else None
             if recorder is not None and now is not None:     # per GPU, for the idle baselines of the evaluation
-                last = w[-1]
+                last_job = w.jobs[-1]
                 recorder("idle", f"idle:{uuid}", at, [now / 100, max(u) / 100,
-                                                       1.0 if last.job is not None else 0.0],
-                         {"node": node, "gpu_uuid": uuid, "job": last.job, "index": last.gpu_index})
-            job = samples[-1].job if samples else None
+                                                       1.0 if last_job is not None else 0.0],
+                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": int(w.data[-1])})
+            job = w.jobs[j - 1] if j > i else None
             if job is None:
                 continue
             before = self.usual.get(uuid)
@@ -196,20 +228,24 @@ class Detector:
                     before[0] + (now - before[0]) * (1.0 - math.exp(-(at - before[1]) / USUAL_TAU_S))
                 self.usual[uuid] = (usual, at, job)
             if uuid not in quiet:
-                by_job.setdefault(job, []).extend(samples)
-        host = [h for h in self.host if start < h.ts <= at]
+                utils, processes, indices = by_job.setdefault(job, ([], [], set()))
+                utils.extend(util)
+                processes.extend(has_process)
+                indices.update(index)
+        host = self.host.between(start, at)
         seen = set()
-        judged = [(job, samples, features(samples, host, mean(job_usual[job]) if job in job_usual else None))
-                  for job, samples in sorted(by_job.items())]
+        judged = [(job, len(indices), features(utils, has_process, host,
+                                               mean(job_usual[job]) if job in job_usual else None))
+                  for job, (utils, has_process, indices) in sorted(by_job.items())]
         scores = decider.score_many([x for _, _, x in judged])
-        for (job, samples, x), score in zip(judged, scores):
+        for (job, gpus, x), score in zip(judged, scores):
             target = f"{node}/{job}"
             key = f"{KIND}:{target}"
             seen.add(key)
             path, also = cause(x)
             f = dict(zip(FEATURES, x))
             info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
-                    "gpus": len({s.gpu_index for s in samples}), "util": f["util_mean"] * 100,
+                    "gpus": gpus, "util": f["util_mean"] * 100,
                     "iowait": f["iowait"] * 100, "disk": f["disk_read_gbps"], "net": f["net_rx_gbps"],
                     "cpu": f["host_cpu"] * 100, "cause": path, "also_seen": also, "target": target}
             if recorder is not None:
@@ -224,16 +260,16 @@ class Detector:
         return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")}
 
     def to_state(self) -> dict:
-        return {"gpus": {u: save_points(w, GpuPoint) for u, w in self.gpus.items()},
-                "host": save_points(self.host, HostPoint), "epoch": self.epoch, "interval": self.interval,
+        return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
+                "host": self.host.to_state(), "epoch": self.epoch, "interval": self.interval,
                 "incidents": self.incidents.to_state(), "usual": {u: list(p) for u, p in self.usual.items()}}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
         d = cls()
         try:
-            d.gpus = {u: load_points(w, GpuPoint, "IO starvation detector") for u, w in state["gpus"].items()}
-            d.host = load_points(state["host"], HostPoint, "IO starvation detector")
+            d.gpus = {u: GpuWindow.from_state(w, "IO starvation detector") for u, w in state["gpus"].items()}
+            d.host = HostWindow.from_state(state["host"], "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
             d.incidents = Incidents.from_state(state["incidents"])
             d.usual = {u: (float(v), float(at), str(job)) for u, (v, at, job) in state.get("usual", {}).items()}

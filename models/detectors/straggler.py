@@ -51,14 +51,12 @@ from .base import (
     Incidents,
     Recorder,
     StateError,
+    Window,
     clip,
-    drop_through,
     event,
-    load_points,
-    mean,
+    known_mean,
     median,
     minutes,
-    save_points,
     throttle_text,
     union,
     window_s,
@@ -75,15 +73,16 @@ BIG_MOVE = 15.0              # points of utilization from one epoch to the next 
 BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
 
 
-class JobPoint(NamedTuple):
-    """One GPU sample in a job's window."""
+class JobWindow(Window):
+    """One GPU's samples in a job's window (throttle reasons as doubles: exact to 2**53, far above NVML's
+    reasons)."""
 
-    ts: float
-    util: float | None
-    clock: float | None          # SM clock as a share of the GPU's maximum
-    power: float | None          # power as a share of the GPU's limit
-    throttle: int | None
-    temp: float | None
+    __slots__ = ()
+    FIELDS = ("ts", "util", "clock", "power", "throttle", "temp")   # clock, power: shares of the GPU's maximum
+    INTS = frozenset({"throttle"})
+
+
+W_THROTTLE = JobWindow.FIELDS.index("throttle")
 
 
 class Stats(NamedTuple):
@@ -99,20 +98,32 @@ class Stats(NamedTuple):
     samples: int
 
 
-def _stats(points: list[JobPoint]) -> Stats | None:
-    seen = [p for p in points if p.util is not None]
-    if not seen:
-        return None
-    utils = [p.util or 0.0 for p in seen]
-    busy = [p for p, u in zip(seen, utils) if u >= BUSY_UTIL]
-    clocks = [p.clock for p in busy if p.clock is not None]
-    powers = [p.power for p in busy if p.power is not None]
-    temps = [p.temp for p in busy if p.temp is not None]
-    bits = [p.throttle or 0 for p in seen]
-    return Stats(mean(utils), mean(clocks) if clocks else float("nan"),
-                 mean(powers) if powers else float("nan"), mean(temps) if temps else float("nan"),
-                 sum(1 for b in bits if b & ~POWER_CAP_BIT) / len(bits),
-                 sum(1 for b in bits if b & POWER_CAP_BIT) / len(bits), len(busy) / len(seen), len(seen))
+def _bits(throttle: Iterable[float]) -> list[int]:
+    """Throttle reasons kept as doubles, as integers (0 when not reported)."""
+    return [int(b) if b == b else 0 for b in throttle]
+
+
+def _stats(columns: Sequence[list[float]]) -> Stats | None:
+    """One GPU's window, as :meth:`JobWindow.between` gives it: a column per field, NaN where not reported."""
+    _, util, clock, power, throttle, temp = columns
+    total = sum(util)
+    if total != total:               # some samples without utilization: the others only
+        seen = [i for i, u in enumerate(util) if u == u]
+        if not seen:
+            return None
+        util, clock, power, throttle, temp = ([c[i] for i in seen] for c in (util, clock, power, throttle, temp))
+        total = sum(util)
+    n = len(util)
+    busy = [i for i, u in enumerate(util) if u >= BUSY_UTIL]
+    if len(busy) < n:
+        clock, power, temp = ([c[i] for i in busy] for c in (clock, power, temp))
+    if sum(throttle) == 0:           # none throttled (the usual case; reasons are never negative)
+        throttled = capped = 0.0
+    else:
+        bits = _bits(throttle)
+        throttled = sum(1 for b in bits if b & ~POWER_CAP_BIT) / n
+        capped = sum(1 for b in bits if b & POWER_CAP_BIT) / n
+    return Stats(total / n, known_mean(clock), known_mean(power), known_mean(temp), throttled, capped, len(busy) / n, n)
 
 
 def _typical(gpus: list[Stats]) -> Stats:
@@ -289,7 +300,7 @@ class Detector:
     __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, list[JobPoint]] = {}     # in ts order
+        self.gpus: dict[str, JobWindow] = {}
         self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
         self.epoch: int | None = None
         self.interval = 5.0
@@ -317,22 +328,22 @@ class Detector:
             uuid = g[UUID]
             w = self.gpus.get(uuid)
             if w is None:
-                w = self.gpus[uuid] = []
+                w = self.gpus[uuid] = JobWindow()
             clock = g[CLOCK] / g[CLOCK_MAX] if g[CLOCK] is not None and g[CLOCK_MAX] else None
             power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
-            w.append(JobPoint(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP]))
+            w.append(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP])
             self.where[uuid] = (node, g[INDEX])
-            drop_through(w, cutoff)
+            w.drop_through(cutoff)
 
     def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
                  recorder: Recorder | None) -> None:
         start = at - window_s(self.interval)
         self.quiet = {k: until for k, until in self.quiet.items() if until > start}
-        windows: dict[str, list[JobPoint]] = {}
+        windows: dict[str, list[list[float]]] = {}
         for uuid, w in list(self.gpus.items()):
-            samples = [s for s in w if start < s.ts <= at]
-            if not samples:
-                if not w or w[-1].ts <= start:
+            samples = w.between(start, at)
+            if samples is None:
+                if not len(w) or w.last_ts() <= start:
                     del self.gpus[uuid]
                     self.where.pop(uuid, None)
                 continue
@@ -351,7 +362,7 @@ class Detector:
             node_stats = {n: _typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             node_peers = peer_medians(node_stats)
             for n, x in features(node_stats, expected, True, node_peers).items():
-                bits = union(p.throttle for u in windows if self.where[u][0] == n for p in windows[u])
+                bits = union(b for u in windows if self.where[u][0] == n for b in _bits(windows[u][W_THROTTLE]))
                 entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
                                        "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
                                        **_numbers(node_stats, n, x, node_peers)}))
@@ -360,7 +371,7 @@ class Detector:
             node, index = self.where[uuid]
             entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
                                       "level": "gpu", "peers": len(stats) - 1,
-                                      "bits": union(p.throttle for p in windows[uuid]),
+                                      "bits": union(_bits(windows[uuid][W_THROTTLE])),
                                       "held": held or uuid in self.quiet, **_numbers(stats, uuid, x, peers)}))
         for _, _, info in entries:
             info.setdefault("held", held)
@@ -393,7 +404,7 @@ class Detector:
         self.history.clear()
 
     def to_state(self) -> dict:
-        return {"gpus": {u: save_points(w, JobPoint) for u, w in self.gpus.items()},
+        return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
                 "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
                 "history": _history_state(self.epochs())}
@@ -402,7 +413,7 @@ class Detector:
     def from_state(cls, state: dict) -> Detector:
         d = cls()
         try:
-            d.gpus = {u: load_points(w, JobPoint, "straggler detector") for u, w in state["gpus"].items()}
+            d.gpus = {u: JobWindow.from_state(w, "straggler detector") for u, w in state["gpus"].items()}
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
             d.incidents = Incidents.from_state(state["incidents"])

@@ -7,12 +7,15 @@ import pytest
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
 from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
-from gpufleet.models.detectors.base import Incidents
+from gpufleet.models.detectors.base import Incidents, StateError
 from gpufleet.streams.output import Output
 
 
 def stats(util, clock=0.99, power=0.8, throttle=0, temp=60.0, n=12):
-    return straggler._stats([straggler.JobPoint(float(i), util, clock, power, throttle, temp) for i in range(n)])
+    w = straggler.JobWindow()
+    for i in range(n):
+        w.append(float(i), util, clock, power, throttle, temp)
+    return straggler._stats(w.between(-1.0, float(n)))
 
 
 def fx(x, name, module=straggler):
@@ -190,16 +193,19 @@ def test_the_leak_trend_reads_order_not_scale_so_noise_of_any_size_leaves_it_nea
 
 
 def test_io_features_read_the_waiting_on_each_input_path():
-    gpus = [io_starvation.GpuPoint(float(i), u, 1.0, "j", 0) for i, u in enumerate([10, 90, 5, 8] * 3)]
-    busy = [io_starvation.GpuPoint(float(i), 97.0, 1.0, "j", 0) for i in range(12)]
+    gpus = ([10.0, 90.0, 5.0, 8.0] * 3, [1.0] * 12)
+    busy = ([97.0] * 12, [1.0] * 12)
 
     def host(iowait=1.0, disk=2e8, net=1e7, cpu=20.0):
-        return [io_starvation.HostPoint(float(i), iowait, disk, net, cpu) for i in range(12)]
+        w = io_starvation.HostWindow()
+        for i in range(12):
+            w.append(float(i), iowait, disk, net, cpu)
+        return w.between(-1.0, 12.0)
 
-    disk = io_starvation.features(gpus, host(iowait=40, disk=2e9))
-    network = io_starvation.features(gpus, host(iowait=3, disk=1e7, net=2.5e9))
-    cpu = io_starvation.features(gpus, host(cpu=99))
-    healthy = io_starvation.features(busy, host(net=2.5e9, cpu=60))
+    disk = io_starvation.features(*gpus, host(iowait=40, disk=2e9))
+    network = io_starvation.features(*gpus, host(iowait=3, disk=1e7, net=2.5e9))
+    cpu = io_starvation.features(*gpus, host(cpu=99))
+    healthy = io_starvation.features(*busy, host(net=2.5e9, cpu=60))
     assert io_starvation.cause(disk)[0] == "disk" and fx(disk, "idle_while_waiting", io_starvation) > 0.7
     assert io_starvation.cause(network)[0] == "network" and fx(network, "idle_while_receiving", io_starvation) > 0.7
     assert io_starvation.cause(cpu)[0] == "host cpu" and fx(cpu, "idle_while_cpu_bound", io_starvation) > 0.7
@@ -387,22 +393,52 @@ def test_io_starvation_reads_a_fall_from_recent_work_not_a_long_idle():
     fired = [e for e in out.events if e["status"] == "firing"]
     assert [e["job"] for e in fired] == ["train-1"] and fired[0]["evidence"]["cause"] == "disk"
     assert fired[0]["detected_at"] >= 1000.0 + 5 * 12 * 20
-    x = io_starvation.features([io_starvation.GpuPoint(0.0, 2.0, 1.0, "nb", 0)] * 3,
-                               [io_starvation.HostPoint(0.0, 35.0, 3e9, 1e7, 20.0)] * 3, usual=2.5)
+    x = io_starvation.features([2.0] * 3, [1.0] * 3, [[0.0] * 3, [35.0] * 3, [3e9] * 3, [1e7] * 3, [20.0] * 3],
+                               usual=2.5)
     assert fx(x, "util_drop", io_starvation) < 0.01 and fx(x, "idle_while_reading", io_starvation) > 0.9
 
 
 def test_a_window_forgets_its_samples_at_or_before_the_cutoff_and_keeps_the_rest_in_order():
-    from gpufleet.models.detectors.base import drop_through
-    w = [io_starvation.HostPoint(float(t), None, None, None, None) for t in (5, 10, 10, 15, 20)]
-    drop_through(w, 4.0)
-    assert [p.ts for p in w] == [5, 10, 10, 15, 20]
-    drop_through(w, 10.0)
-    assert [p.ts for p in w] == [15, 20]
-    drop_through(w, 99.0)
-    assert w == []
-    drop_through(w, 100.0)
-    assert w == []
+    w = io_starvation.HostWindow()
+    for t in (5, 10, 10, 15, 20):
+        w.append(float(t), None, float(t) * 1e6, None, 50.0)
+    assert w.drop_through(4.0) == 0 and len(w) == 5
+    assert w.drop_through(10.0) == 3
+    ts, iowait, disk, net, cpu = w.between(0.0, 100.0)
+    assert list(ts) == [15.0, 20.0] and list(disk) == [15e6, 20e6] and list(cpu) == [50.0, 50.0]
+    assert all(v != v for v in iowait + net)                 # not reported: NaN, never a value
+    assert w.drop_through(99.0) == 2 and len(w) == 0 and w.between(0.0, 100.0) is None
+    assert w.drop_through(100.0) == 0
+
+
+def test_a_window_gives_the_samples_of_a_span_and_saves_as_named_columns_with_none_and_integers():
+    w = straggler.JobWindow()
+    rows = [(10.0, 95.5, 0.98, 0.7, 0x24, 61.0), (15.0, None, None, None, None, None), (20.0, 40.0, 0.5, 0.3, 0, 55.5),
+            (25.0, 99.0, 1.0, 0.9, 2**52 + 5, 70.0)]
+    for r in rows:
+        w.append(*r)
+    assert w.last_ts() == 25.0 and w.span(10.0, 20.0) == (1, 3) and w.span(30.0, 40.0) == (4, 4)
+    util = w.between(10.0, 20.0)[1]
+    assert util[0] != util[0] and util[1] == 40.0
+    saved = w.to_state()
+    assert saved == {name: [r[i] for r in rows] for i, name in enumerate(straggler.JobWindow.FIELDS)}
+    assert all(type(b) is int for b in saved["throttle"] if b is not None)       # reasons stay integers
+    again = straggler.JobWindow.from_state(json.loads(json.dumps(saved)), "straggler detector")
+    assert again.to_state() == saved
+    with pytest.raises(StateError, match="straggler detector: a saved window needs the columns"):
+        straggler.JobWindow.from_state({"ts": [1.0]}, "straggler detector")
+    # the IO starvation window keeps each sample's job beside its numbers, and forgets both together
+    g = io_starvation.GpuWindow()
+    for t, job in ((5.0, "a"), (10.0, "a"), (15.0, None), (20.0, "b")):
+        g.add(t, 50.0, 1.0 if job else 0.0, job, 3, cutoff=0.0)
+    assert g.drop_through(5.0) == 1 and g.jobs == ["a", None, "b"]
+    g.add(25.0, None, 0.0, None, 3, cutoff=10.0)
+    assert g.jobs == [None, "b", None] and g.to_state()["ts"] == [15.0, 20.0, 25.0]
+    saved = g.to_state()
+    assert list(saved) == ["ts", "util", "has_process", "job", "gpu_index"] and saved["gpu_index"] == [3, 3, 3]
+    assert io_starvation.GpuWindow.from_state(saved, "IO").jobs == [None, "b", None]
+    with pytest.raises(StateError, match="IO: a saved window"):
+        io_starvation.GpuWindow.from_state({**saved, "job": ["a"]}, "IO")
 
 
 def test_the_leak_trends_of_a_batch_are_each_series_own_counted_pair_by_pair():

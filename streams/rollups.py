@@ -36,6 +36,7 @@ NODE_ROLLUP = Table("node_rollup_1m", ("minute", "node", "pool", "samples", "gpu
 
 _gpu_values = attrgetter(*GPU_METRICS)
 _host_values = attrgetter(*HOST_METRICS)
+_node_gpu_values = attrgetter(*(metric for _, metric, _ in NODE_GPU_METRICS))
 
 
 class Stats:
@@ -144,8 +145,9 @@ class NodeMinute:
         host = msg.host
         values = list(_host_values(host)) if host is not None else [None] * len(HOST_METRICS)
         gpus = msg.gpus
-        for _, metric, how in NODE_GPU_METRICS:
-            vals = [v for v in (getattr(g, metric) for g in gpus) if v is not None]
+        columns = zip(*map(_node_gpu_values, gpus)) if gpus else [()] * len(NODE_GPU_METRICS)
+        for (_, _, how), column in zip(NODE_GPU_METRICS, columns):
+            vals = [v for v in column if v is not None] if None in column else column
             values.append((sum(vals) / len(vals) if how == "mean" else sum(vals)) if vals else None)
         self.stats.add(values)
         self.samples += 1

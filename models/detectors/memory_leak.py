@@ -29,6 +29,9 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from itertools import repeat
+from operator import mul
 
 import numpy as np
 
@@ -90,9 +93,14 @@ class MemoryTrack:
 
 
 def _theil_sen(ys: Sequence[float]) -> float:
-    n = len(ys)
-    slopes = [(ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+    slopes = [(ys[j] - ys[i]) / d for i, j, d in _pairs_apart(len(ys))]
     return median(slopes) if slopes else 0.0
+
+
+@cache
+def _pairs_apart(n: int) -> list[tuple[int, int, int]]:
+    """Every pair of n values, earlier first, and how far apart."""
+    return [(i, j, j - i) for i in range(n) for j in range(i + 1, n)]
 
 
 def _thirds_slope(ys: Sequence[float]) -> float:
@@ -106,19 +114,27 @@ def _r2(ys: Sequence[float]) -> float:
     n = len(ys)
     if n < 3:
         return 0.0
-    mx = (n - 1) / 2
+    dx, sxx = _centred(n)
     my = sum(ys) / n
-    sxx = sum((i - mx) ** 2 for i in range(n))
-    sxy = sum((i - mx) * (y - my) for i, y in enumerate(ys))
-    syy = sum((y - my) ** 2 for y in ys)
+    dy = [y - my for y in ys]
+    sxy = sum(map(mul, dx, dy))
+    syy = sum(map(pow, dy, repeat(2)))
     if syy <= 0 or sxx <= 0:
         return 0.0
     return (sxy * sxy) / (sxx * syy)
 
 
+@cache
+def _centred(n: int) -> tuple[list[float], float]:
+    """The minutes 0 to n-1 less their mean, and the sum of their squares."""
+    mx = (n - 1) / 2
+    dx = [i - mx for i in range(n)]
+    return dx, sum(d ** 2 for d in dx)
+
+
 def _steady(ys: Sequence[float], total: float) -> float:
     """The share of 5-minute blocks whose median grew (by more than the allocator's breathing)."""
-    blocks = [median(ys[i:i + 5]) for i in range(len(ys) % 5, len(ys) - 4, 5)]
+    blocks = [sorted(ys[i:i + 5])[2] for i in range(len(ys) % 5, len(ys) - 4, 5)]      # each block's median
     if len(blocks) < 2:
         return 0.0
     eps = 0.0004 * total
@@ -174,11 +190,12 @@ def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
     if n < 3:
         return 0.0
     mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
+    dx, dy = [x - mx for x in xs], [y - my for y in ys]
+    sxx = sum(map(pow, dx, repeat(2)))
+    syy = sum(map(pow, dy, repeat(2)))
     if sxx <= 1e-12 or syy <= 1e-12:
         return 0.0
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
+    return sum(map(mul, dx, dy)) / math.sqrt(sxx * syy)
 
 
 def _judgeable(history: Sequence[float], total: float) -> bool:
@@ -203,8 +220,10 @@ def features(history: Sequence[float], total: float, age_min: float,
     jump_share = max(jumps) / growth if growth > 0.002 * total and jumps else 1.0
     peak, drawdown = last30[0], 0.0
     for v in last30:
-        peak = max(peak, v)
-        drawdown = max(drawdown, peak - v)
+        if v > peak:
+            peak = v
+        elif peak - v > drawdown:
+            drawdown = peak - v
     headroom = max(0.0, 1.0 - history[-1] / total)
     to_oom = headroom / s30 * 60.0 if s30 > 1e-6 else 1e6
     load30 = loads[-31:]

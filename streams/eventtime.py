@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from gpufleet.collectors.telemetry import Telemetry
 
-from .decode import pack_message, unpack_message, with_gpus
+from .decode import Strings, pack_message, unpack_message, with_gpus
 from .state import StateError
 
 ACCEPTED, DUPLICATE, LATE, REPLAYED = "accepted", "duplicate", "late", "replayed"
@@ -34,25 +34,26 @@ class Waiting:
     """A message waiting for the watermark, and the references of every input that carried it.
 
     A decoded message (:mod:`.decode`'s structs) waits packed (:func:`.decode.pack_message`: its values in
-    field order, about a third of the JSON it came in and a fifth of the structs) and is unpacked when it is
-    released, which costs less than decoding its JSON again. (zlib's fastest level over the JSON would take a
-    fifth, for about 10% more CPU per GPU sample.) A pydantic message waits as it is."""
+    field order, its strings as their numbers in the node's :class:`.decode.Strings`, about a ninth of the JSON
+    it came in) and is unpacked when it is released, which costs less than decoding its JSON again. (zlib's
+    fastest level over the JSON would take a fifth, for about 10% more CPU per GPU sample.) A pydantic message
+    waits as it is."""
 
-    __slots__ = ("msg", "packed", "refs")
+    __slots__ = ("msg", "packed", "strings", "refs")
 
-    def __init__(self, msg: Telemetry, ref) -> None:
+    def __init__(self, msg: Telemetry, ref, strings: Strings | None = None) -> None:
         if isinstance(msg, BaseModel):
-            self.msg, self.packed = msg, None
+            self.msg, self.packed, self.strings = msg, None, None
         else:
-            self.msg, self.packed = None, pack_message(msg)
+            self.msg, self.packed, self.strings = None, pack_message(msg, strings), strings
         self.refs = [ref]
 
     def message(self) -> Telemetry:
         msg = self.msg
         if msg is None:
             assert self.packed is not None
-            msg = self.msg = unpack_message(self.packed)
-            self.packed = None
+            msg = self.msg = unpack_message(self.packed, self.strings)
+            self.packed = self.strings = None
         return msg
 
 
@@ -91,12 +92,13 @@ class Released:
 
 
 class Gate:
-    __slots__ = ("max_ts", "pending", "released")
+    __slots__ = ("max_ts", "pending", "released", "strings")
 
     def __init__(self):
         self.max_ts: float | None = None
         self.pending: dict[float, Waiting] = {}
         self.released = Released()
+        self.strings = Strings()          # numbers the strings of the messages that wait packed
 
     def watermark(self, lateness_s: float) -> float | None:
         return None if self.max_ts is None else self.max_ts - lateness_s
@@ -123,7 +125,9 @@ class Gate:
                 return HELD, []
             held.msg = with_gpus(first, [*first.gpus, *new])
             return ACCEPTED, []
-        self.pending[ts] = Waiting(msg, ref)
+        if self.strings.full():
+            self.strings = Strings()
+        self.pending[ts] = Waiting(msg, ref, self.strings)
         if self.max_ts is None or ts > self.max_ts:
             self.max_ts = ts
             return ACCEPTED, self._release(ts - lateness_s, horizon_s)

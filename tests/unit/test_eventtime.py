@@ -3,7 +3,7 @@ import json
 from helpers import gpu, message
 
 from gpufleet.collectors.telemetry import parse
-from gpufleet.streams.decode import decode
+from gpufleet.streams.decode import Strings, decode
 from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, HELD, LATE, Gate
 
 
@@ -101,6 +101,21 @@ def test_a_waiting_message_is_kept_packed_and_released_as_validated():
     assert ready[0][0].gpus[0].to_dict() == decode(raw).gpus[0].to_dict()
     assert ready[0][0].gpus[0].to_dict() == parse(raw).gpus[0].model_dump()     # what the contract validated
     assert gate.pending[140].packed is None and gate.pending[140].msg.ts == 140  # a pydantic one waits as it is
+
+
+def test_a_full_string_table_gives_way_and_the_messages_packed_with_the_old_one_still_unpack(monkeypatch):
+    monkeypatch.setattr(Strings, "LIMIT", 12)        # new jobs fill a table in a few messages
+    gate = Gate()
+    sent, released = {}, []
+    for i, ts in enumerate(range(100, 160, 5)):
+        raw = json.dumps(message(ts, gpus=[gpu(g, job=f"job-{i}-{g}") for g in range(4)])).encode()
+        sent[ts] = decode(raw).to_dict()
+        released += [m for m, _ in gate.push(decode(raw, share_names=False), 3600.0, 9000.0, ts)[1]]
+    waiting = list(gate.pending.values())
+    assert not released and len({id(w.strings) for w in waiting}) >= 3     # each table full before the next began
+    assert all(len(w.strings.names) < 12 + 10 for w in waiting)   # a message's new names past the limit at most
+    released = [m for m, _ in gate.drain()]
+    assert len(released) == 12 and [m.to_dict() for m in released] == [sent[m.ts] for m in released]
 
 
 def test_released_times_out_of_order_after_a_drain_are_still_known_and_forgotten_in_time_order():

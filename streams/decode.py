@@ -4,11 +4,11 @@
 (``gpus.3.util_pct: Input should be less than or equal to 100``), and what the dead-letter topic says. The
 stream decodes every message once, so the decoder is on the hot path: pydantic takes about as long as
 ``json.loads`` of the same bytes, msgspec a quarter of that (two fifths with the names shared, below); a
-message waiting for the watermark is packed (:func:`pack_message`, a third of its JSON) and unpacked when
-it is released, cheaper than decoding it again. The structs here are built from the pydantic
-models themselves (names, aliases, types, bounds, defaults; every float finite, as ``allow_inf_nan=False``
-asks), so the two cannot drift apart, and the models' own rules (memory used within the total, no GPU
-twice) are checked after decoding.
+message waiting for the watermark is packed (:func:`pack_message`, a quarter of its JSON with its strings
+numbered in the node's :class:`Strings`) and unpacked when it is released, cheaper than decoding it again.
+The structs here are built from the pydantic models themselves (names, aliases, types, bounds, defaults;
+every float finite, as ``allow_inf_nan=False`` asks), so the two cannot drift apart, and the models' own
+rules (memory used within the total, no GPU twice) are checked after decoding.
 
 msgspec is the stricter of the two: it refuses a ``true`` or a ``"1.5"`` where a number is due, a ``3.0``
 where an integer is, which pydantic's lax mode takes. Whatever msgspec refuses, or a rule fails on, is
@@ -294,7 +294,7 @@ def _restore(obj, names: list[str]) -> None:
 def pack_message(msg, strings: Strings | None = None) -> bytes:
     """A decoded message as compact bytes while it waits for the watermark: its values in field order
     (MessagePack), without the field names, about a third of its JSON; with ``strings``, its strings as their
-    numbers there, about a fifth. :func:`unpack_message` (with the same table) gives it back."""
+    numbers there, about a quarter. :func:`unpack_message` (with the same table) gives it back."""
     return _PACK.encode(_values(msg, strings))
 
 

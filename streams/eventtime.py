@@ -34,7 +34,7 @@ class Waiting:
     """A message waiting for the watermark, and the references of every input that carried it.
 
     A decoded message (:mod:`.decode`'s structs) waits packed (:func:`.decode.pack_message`: its values in
-    field order, its strings as their numbers in the node's :class:`.decode.Strings`, about a ninth of the JSON
+    field order, its strings as their numbers in the node's :class:`.decode.Strings`, about a quarter of the JSON
     it came in) and is unpacked when it is released, which costs less than decoding its JSON again. (zlib's
     fastest level over the JSON would take a fifth, for about 10% more CPU per GPU sample.) A pydantic message
     waits as it is."""

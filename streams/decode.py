@@ -229,7 +229,6 @@ def _texts(packed: type[msgspec.Struct]) -> tuple[int, ...]:
 
 _NESTED = {cls: _nested(cls) for cls in (*STRUCTS.values(), *PACKED.values())}
 _TEXTS = {cls: _texts(PACKED[model]) for model in STRUCTS for cls in (STRUCTS[model], PACKED[model])}
-_FIELDS = {cls: cls.__struct_fields__ for cls in _NESTED}
 
 
 class Strings:
@@ -279,7 +278,7 @@ def _values(obj, strings: Strings | None = None) -> Any:
 def _restore(obj, names: list[str]) -> None:
     """A packed struct's strings back from their numbers."""
     cls = type(obj)
-    fields = _FIELDS[cls]
+    fields = cls.__struct_fields__
     for i in _TEXTS[cls]:
         v = getattr(obj, fields[i])
         if type(v) is int:

@@ -189,8 +189,11 @@ class Window:
     def __len__(self) -> int:
         return len(self.data) // len(self.FIELDS)
 
+    def last(self, name: str) -> float:
+        """A field of the newest sample (the window is not empty)."""
+        return self.data[self.FIELDS.index(name) - len(self.FIELDS)]
+
     def last_ts(self) -> float:
-        """The newest sample's ts (the window is not empty)."""
         return self.data[-len(self.FIELDS)]
 
     def drop_through(self, cutoff: float) -> int:

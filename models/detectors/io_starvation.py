@@ -95,7 +95,7 @@ class GpuWindow(Window):
         w = super().from_state(state, what)
         jobs = state.get("job")
         if not isinstance(jobs, list) or len(jobs) != len(w) or not all(j is None or isinstance(j, str) for j in jobs):
-            raise StateError(f"{what}: a saved window needs the columns {list(w.to_state())}")
+            raise StateError(f"{what}: a saved window needs the columns {[*cls.FIELDS, 'job']}")
         w.jobs = jobs
         return w
 
@@ -195,8 +195,7 @@ class Detector:
             if w is None:
                 w = self.gpus[g.uuid] = GpuWindow()
             w.add(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index, cutoff)
-        # a GPU whose newest sample is at or before the cutoff (its data empty, or ts, index: 4 values from its end)
-        for uuid in [u for u, w in self.gpus.items() if not w.data or w.data[-4] <= cutoff]:
+        for uuid in [u for u, w in self.gpus.items() if not w.data or w.last_ts() <= cutoff]:
             del self.gpus[uuid]
             self.usual.pop(uuid, None)
 
@@ -214,7 +213,7 @@ class Detector:
                 last_job = w.jobs[-1]
                 recorder("idle", f"idle:{uuid}", at, [now / 100, max(u) / 100,
                                                        1.0 if last_job is not None else 0.0],
-                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": int(w.data[-1])})
+                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": int(w.last("gpu_index"))})
             job = w.jobs[j - 1] if j > i else None
             if job is None:
                 continue

@@ -239,7 +239,9 @@ class Sampler:
             rng.uniform(0, 1e6), rng.uniform(0, 2e6), rng.uniform(0, 1e6)
 
     def _starved(self, f: Fault, t: float, dt: float, util: float, power_frac, pcie_rx):
-        """Saw-tooth: a short burst each time a batch arrives, then waiting on reads."""
+        """Saw-tooth: a short burst each time a batch arrives, then waiting on reads. While a batch is in, the GPU
+        computes at the pace it has unstarved (``util``): a starved GPU is never busier than it would be fed, so
+        a lightly loaded service falls a little, a training job a lot."""
         period, duty = f.params["period_s"], f.params["duty"]
         # share of the last interval the GPU spent computing
         busy, steps = 0.0, 10
@@ -247,8 +249,8 @@ class Sampler:
             x = (t - dt + (k + 0.5) * dt / steps - f.start) % period
             busy += x < duty * period
         busy /= steps
-        u = _clip(busy * self.rng.uniform(85, 99) + self.rng.gauss(0, 2), 0.0, 100.0)
-        u = max(u, 6.0 + self.rng.uniform(0, 3)) if busy > 0 else u
+        u = _clip(busy * util * self.rng.uniform(0.92, 1.0) + self.rng.gauss(0, 2), 0.0, 100.0)
+        u = max(u, min(util, 6.0 + self.rng.uniform(0, 3))) if busy > 0 else u
         return u, 0.4 * u, 0.1 + 0.7 * u / 100, pcie_rx * 0.15
 
     # -- one tick ----------------------------------------------------------

@@ -27,7 +27,9 @@ When the question applies (``applies``), and what is evidence:
   not judged. One GPU, or one node of several, moving alone is what a straggler looks like, and GPUs
   that hold steady give no evidence either way: those jobs are judged;
 - not while a node of the job is starved of input (IO starvation takes precedence: every GPU then waits,
-  and the page would name the wrong GPUs), nor on a GPU whose process just restarted (a leak's OOM).
+  and the page would name the wrong GPUs), nor on a GPU whose process just restarted (a leak's OOM);
+- a window is positive only when the GPU (or node) is at least ``MIN_SLOWDOWN`` behind its peers in clock
+  or utilization, whatever the trees score: throttled like the rest of its job, it keeps nobody waiting.
 
 Precedence: memory leak restart > IO starvation > straggler; the evidence names the cause (the throttle
 reason, or a slow GPU without throttling: its host, link or input) and what else was seen.
@@ -71,6 +73,7 @@ WORKING_UTIL = 40.0          # the job's median utilization under which it is no
 LOCKSTEP_EPOCHS = 20         # epochs of per-GPU utilization kept to tell lockstep (10 minutes at 30 s)
 BIG_MOVE = 15.0              # points of utilization from one epoch to the next that count as a move
 BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
+MIN_SLOWDOWN = 0.03          # behind its peers by less (clock or utilization), nobody waits for it
 
 
 class JobWindow(Window):
@@ -444,10 +447,11 @@ def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider)
     its GPUs. Training replays recorded epochs through this same function."""
     slow_nodes = {info["node"] for _, x, info, score in scored
                   if info.get("level") == "node" and not info.get("held") and applies(x)
-                  and score >= decider.threshold}
+                  and score >= decider.threshold and x[FEATURES.index("slowdown")] >= MIN_SLOWDOWN}
     out = []
     for _, x, info, score in scored:
-        positive = not info.get("held") and applies(x) and score >= decider.threshold
+        positive = not info.get("held") and applies(x) and score >= decider.threshold \
+            and x[FEATURES.index("slowdown")] >= MIN_SLOWDOWN
         if info.get("level") == "gpu" and info["node"] in slow_nodes:
             positive = False
         out.append(positive)

@@ -58,6 +58,16 @@ def test_a_starved_node_holds_its_job_back_from_being_judged():
     assert straggler.decide([(entry[0], x, {**entry[2], "held": True}, 0.9)], decider) == [False]
 
 
+def test_a_gpu_level_with_its_peers_is_no_straggler_whatever_it_scores():
+    # throttled like the rest of its job, or a hair behind: nobody waits for it, however the trees score it
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    level = straggler.features({"a": stats(97), "b": stats(97), "c": stats(96)}, 12, False)["c"]
+    behind = straggler.features({"a": stats(97), "b": stats(97), "c": stats(88)}, 12, False)["c"]
+    assert fx(level, "slowdown") < straggler.MIN_SLOWDOWN <= fx(behind, "slowdown")
+    info = {"level": "gpu", "node": "n1", "held": False}
+    assert straggler.decide([("c", level, info, 0.99), ("c", behind, info, 0.99)], decider) == [False, True]
+
+
 def moves(epochs):
     """A job's per-epoch utilization history from {gpu: [util per epoch]}."""
     n = len(next(iter(epochs.values())))

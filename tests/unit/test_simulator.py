@@ -80,6 +80,12 @@ def test_faults_show_in_the_telemetry():
             elif hosts:
                 assert sum(h["cpu_util_pct"] for h in hosts) / len(hosts) > 90, label
             assert all(g["processes"] for g, _ in inside)
+            # a starved GPU computes at its fed pace while a batch is in: never busier than before the fault
+            before = [g["util_pct"] for ts, g, _ in by_gpu[label["gpus"][0]]
+                      if label["start"] - 600 <= ts < label["start"] and g["job"] == label["job"]]
+            if before:
+                util = [g["util_pct"] for g, _ in inside]
+                assert sum(util) / len(util) < sum(before) / len(before) + 3, label
         elif label["kind"] == "memory_leak":
             mem = [g["mem_used_bytes"] for g, _ in inside]
             assert mem[-1] > mem[0], label

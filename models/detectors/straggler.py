@@ -74,6 +74,7 @@ LOCKSTEP_EPOCHS = 20         # epochs of per-GPU utilization kept to tell lockst
 BIG_MOVE = 15.0              # points of utilization from one epoch to the next that count as a move
 BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
 MIN_SLOWDOWN = 0.03          # behind its peers by less (clock or utilization), nobody waits for it
+_SLOWDOWN = FEATURES.index("slowdown")
 
 
 class JobWindow(Window):
@@ -445,13 +446,14 @@ def _history_from_state(saved: dict | None) -> list[dict[str, float]]:
 def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:
     """One epoch of one job: positive windows, where the question applies; a slow node's own alert covers
     its GPUs. Training replays recorded epochs through this same function."""
+    def judged_slow(x: list[float], info: dict, score: float) -> bool:
+        return not info.get("held") and applies(x) and score >= decider.threshold and x[_SLOWDOWN] >= MIN_SLOWDOWN
+
     slow_nodes = {info["node"] for _, x, info, score in scored
-                  if info.get("level") == "node" and not info.get("held") and applies(x)
-                  and score >= decider.threshold and x[FEATURES.index("slowdown")] >= MIN_SLOWDOWN}
+                  if info.get("level") == "node" and judged_slow(x, info, score)}
     out = []
     for _, x, info, score in scored:
-        positive = not info.get("held") and applies(x) and score >= decider.threshold \
-            and x[FEATURES.index("slowdown")] >= MIN_SLOWDOWN
+        positive = judged_slow(x, info, score)
         if info.get("level") == "gpu" and info["node"] in slow_nodes:
             positive = False
         out.append(positive)

@@ -194,6 +194,7 @@ class Window:
         return self.data[self.FIELDS.index(name) - len(self.FIELDS)]
 
     def last_ts(self) -> float:
+        """The newest sample's ts (the window is not empty): ``last("ts")`` without looking up the field."""
         return self.data[-len(self.FIELDS)]
 
     def drop_through(self, cutoff: float) -> int:

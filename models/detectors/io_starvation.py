@@ -14,7 +14,9 @@ host is busy fetching? Three input paths, each with its own signals:
 The features pair "the GPUs are not busy" with each path's signal, so the trees see which path fed the
 stall; the alert's evidence names the path (``cause``) and the other signals present (``also_seen``).
 A job is judged once its GPUs have fallen from their usual work (``util_drop``, see FEATURES): the host's
-signals are the node's, and a job beside a starved one that goes on as usual is not starved.
+signals are the node's, and a job beside a starved one that goes on as usual is not starved. A job's
+features and its usual work read only its own samples: a GPU handed from another job within the window
+brings none of that job's work with it.
 
 Precedence: GPUs whose process just restarted (memory_leak.RESTART_QUIET_S) are left out: a restart is
 not a starvation. A job is judged only while its GPUs hold a process.
@@ -79,6 +81,15 @@ class GpuWindow(Window):
         self.jobs.append(job)
         if self.data[0] <= cutoff:
             self.drop_through(cutoff)
+
+    def since_job(self, i: int, j: int) -> int:
+        """The first of samples ``i`` to ``j`` (past the last) that belong to the last one's job: the samples of
+        the job before it on this GPU say nothing of this one's work."""
+        jobs = self.jobs
+        job, k = jobs[j - 1], j - 1
+        while k > i and jobs[k - 1] == job:
+            k -= 1
+        return k
 
     def drop_through(self, cutoff: float) -> int:
         n = Window.drop_through(self, cutoff)
@@ -206,6 +217,8 @@ class Detector:
         job_usual: dict[str, list[float]] = {}
         for uuid, w in self.gpus.items():
             i, j = w.span(start, at)
+            if j > i:                    # a GPU handed to another job in the window: only the new job's samples
+                i = w.since_job(i, j)
             _, util, has_process, index = w.columns(i, j)
             u = not_nan(util)
             now = sum(u) / len(u) if u else None

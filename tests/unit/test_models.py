@@ -408,6 +408,33 @@ def test_io_starvation_reads_a_fall_from_recent_work_not_a_long_idle():
     assert fx(x, "util_drop", io_starvation) < 0.01 and fx(x, "idle_while_reading", io_starvation) > 0.9
 
 
+def test_a_gpu_handed_to_a_new_job_judges_it_by_its_own_samples_only():
+    # a service at 80% hands its GPU to a notebook that sits at 1% while the host's CPUs are saturated by another
+    # job: the service's last samples in the window are not the notebook's work, so it has not fallen from any
+    from types import SimpleNamespace as NS
+    decider = type("D", (), {"threshold": 0.05, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+        lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
+    d, out = io_starvation.Detector(), Output()
+    ctx = NS(out=out, tenant_of={}, recorder=None, flags=NS(quiet=set(), starved=set()))
+    judged = []
+    ctx.recorder = lambda kind, key, at, x, info: judged.append((key, at, x)) if kind == io_starvation.KIND else None
+    handover = 1000.0 + 5 * 12 * 20 + 10                           # mid-epoch: the window holds both jobs
+    for k in range(12 * 30):                                       # 5 s samples, 30 minutes
+        ts = 1000.0 + 5 * k
+        job, util = ("svc-1", 80.0) if ts < handover else ("nb-1", 1.0)
+        gpus = [NS(uuid="g0", index=0, util_pct=util, processes=[1], job=job)]
+        host = NS(iowait_pct=0.5, disk_read_bytes_per_s=1e7, net_rx_bytes_per_s=1e7, cpu_util_pct=97.0)
+        d.add(NS(ts=ts, interval_s=5.0, node="n1", pool="p", host=host, gpus=gpus), decider, ctx)
+    assert not [e for e in out.events if e["status"] == "firing"]
+    first = [x for key, at, x in judged if key.endswith("/nb-1")]
+    assert len(first) > 10 and all(fx(x, "util_mean", io_starvation) < 0.02 for x in first)
+    assert d.usual["g0"][2] == "nb-1" and d.usual["g0"][0] < 2.0
+    w = io_starvation.GpuWindow()
+    for t, job in ((1.0, "a"), (2.0, "a"), (3.0, "b"), (4.0, "a"), (5.0, "a")):
+        w.add(t, 50.0, 1.0, job, 0, 0.0)
+    assert w.since_job(0, 5) == 3 and w.since_job(0, 2) == 0 and w.since_job(2, 3) == 2 and w.since_job(4, 5) == 4
+
+
 def test_a_window_forgets_its_samples_at_or_before_the_cutoff_and_keeps_the_rest_in_order():
     w = io_starvation.HostWindow()
     for t in (5, 10, 10, 15, 20):

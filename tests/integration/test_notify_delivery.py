@@ -304,8 +304,10 @@ def test_alertmanager_groups_and_resolves_what_gpufleet_sends(tmp_path, receiver
         """Each group's latest notification (on a busy machine the three may reach Alertmanager over more than its
         group_wait: the group is then notified with the first, and again with all three a group_interval later)."""
         return {tuple(sorted(n.json()["groupLabels"].items())): n.json() for n in receiver.received("/am")}
-    wait_until(lambda: len(groups().get(idle_key, {}).get("alerts", ())) == 3 and straggler_key in groups(), 20,
-               "Alertmanager's grouped notifications")
+
+    def all_in(latest: dict) -> bool:
+        return len(latest.get(idle_key, {}).get("alerts", ())) == 3 and straggler_key in latest
+    wait_until(lambda: all_in(groups()), 20, "Alertmanager's grouped notifications")
     firing = groups()
     idle_group = firing[idle_key]
     assert idle_group["status"] == "firing" and len(idle_group["alerts"]) == 3        # grouped end to end

@@ -414,10 +414,12 @@ def test_a_gpu_handed_to_a_new_job_judges_it_by_its_own_samples_only():
     from types import SimpleNamespace as NS
     decider = type("D", (), {"threshold": 0.05, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
         lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
-    d, out = io_starvation.Detector(), Output()
-    ctx = NS(out=out, tenant_of={}, recorder=None, flags=NS(quiet=set(), starved=set()))
-    judged = []
-    ctx.recorder = lambda kind, key, at, x, info: judged.append((key, at, x)) if kind == io_starvation.KIND else None
+    d, out, judged = io_starvation.Detector(), Output(), []
+
+    def recorder(kind, key, at, x, info):
+        if kind == io_starvation.KIND:
+            judged.append((key, at, x))
+    ctx = NS(out=out, tenant_of={}, recorder=recorder, flags=NS(quiet=set(), starved=set()))
     handover = 1000.0 + 5 * 12 * 20 + 10                           # mid-epoch: the window holds both jobs
     for k in range(12 * 30):                                       # 5 s samples, 30 minutes
         ts = 1000.0 + 5 * k

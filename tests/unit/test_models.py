@@ -480,6 +480,29 @@ def test_a_window_gives_the_samples_of_a_span_and_saves_as_named_columns_with_no
         io_starvation.GpuWindow.from_state({**saved, "job": ["a"]}, "IO")
 
 
+def test_the_io_window_keeps_its_jobs_as_runs_that_answer_as_a_job_per_sample_would():
+    rng = random.Random(11)
+    for _ in range(300):
+        g, plain, t = io_starvation.GpuWindow(), [], 0.0     # plain: (ts, job) per sample, as it was kept
+        for _ in range(rng.randrange(1, 80)):
+            t += rng.choice((1.0, 5.0, 30.0))
+            job = rng.choice(("a", "b", None)) if rng.random() < 0.1 or not plain else plain[-1][1]
+            cutoff = t - rng.choice((60.0, 300.0, 1e9))
+            g.add(t, 50.0, 1.0, job, 0, cutoff)
+            plain = [(ts, j) for ts, j in plain + [(t, job)] if ts > cutoff]
+            jobs = [j for _, j in plain]
+            assert g.jobs == jobs and len(g) == len(jobs) and g.last_job() == jobs[-1]
+            assert all(g.runs[r] != g.runs[r + 2] for r in range(0, len(g.runs) - 2, 2))     # no two runs of one job
+            i = rng.randrange(len(jobs))
+            j = rng.randrange(i + 1, len(jobs) + 1)
+            k = j - 1
+            while k > i and jobs[k - 1] == jobs[j - 1]:
+                k -= 1
+            assert g.since_job(i, j) == k and g.job_of(j - 1) == jobs[j - 1]
+        again = io_starvation.GpuWindow.from_state(json.loads(json.dumps(g.to_state())), "IO")
+        assert again.runs == g.runs
+
+
 def test_the_leak_trends_of_a_batch_are_each_series_own_counted_pair_by_pair():
     rng = random.Random(3)
     series = [[float(rng.choice((1, 2, 2, 3, 5))) * 1e9 + rng.choice((0.0, 0.5)) * i for i in range(n)]

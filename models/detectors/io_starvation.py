@@ -64,88 +64,122 @@ DISK_SCALE = 1.0e9
 
 
 class GpuWindow(Window):
-    """One GPU's samples in a node's window, and the job of each, kept as runs: a job (a name shared with the
-    message's) and how many samples in a row were its. A GPU's job changes seldom: a list of a name per sample
-    held 8 bytes a sample (a minute's window: 184 bytes a GPU sampled every 5 s, 568 every second), the runs
-    72 (120 across a handover) whatever the sampling."""
+    """One GPU's samples in a node's window: the time and utilization of each in the window's array, and what
+    seldom changes kept as runs: a job (a name shared with the message's), whether the GPU held a compute process,
+    its index, and how many samples in a row had them. A name per sample in a list held 8 bytes a sample and the
+    two values 16 more (a minute's window sampled every second: 568 bytes of list and 960 of array a GPU); a run
+    takes 32 bytes, one or two a window whatever the sampling. The columns read and saved are as before."""
 
     __slots__ = ("runs",)
-    FIELDS = ("ts", "util", "has_process", "gpu_index")      # has_process: 1.0 when the GPU had a compute process
-    INTS = frozenset({"gpu_index"})
+    FIELDS = ("ts", "util")
+    SAVED = ("ts", "util", "has_process", "job", "gpu_index")
+    RUN = 4                          # job, has_process (1.0 when the GPU held a compute process), gpu_index, count
 
     def __init__(self) -> None:
         super().__init__()
-        self.runs: list = []         # job, count, job, count, ...: oldest first, no two runs in a row of one job
+        self.runs: list = []         # RUN values a run, oldest first; two runs in a row differ in one of the three
 
     def add(self, ts: float, util: float | None, has_process: float, job: str | None, gpu_index: int,
             cutoff: float) -> None:
         """One sample, and forget those at or before ``cutoff``."""
-        self.data.extend((ts, NAN if util is None else util, has_process, gpu_index))
-        self._count(job)
+        self.data.extend((ts, NAN if util is None else util))
+        self._count(job, has_process, gpu_index)
         if self.data[0] <= cutoff:
             self.drop_through(cutoff)
 
-    def _count(self, job: str | None) -> None:
+    def _count(self, job: str | None, has_process: float, gpu_index: int) -> None:
         runs = self.runs
-        if runs and runs[-2] == job:
+        if runs and runs[-4] == job and runs[-3] == has_process and runs[-2] == gpu_index:
             runs[-1] += 1
         else:
-            runs += (job, 1)
+            runs += (job, has_process, gpu_index, 1)
+
+    def _expand(self, field: int, i: int, j: int) -> list:
+        """Field ``field`` of the runs (0 job, 1 has_process, 2 gpu_index) for samples ``i`` to ``j`` (past the
+        last)."""
+        runs, out, first = self.runs, [], 0
+        for r in range(0, len(runs), self.RUN):
+            last = first + runs[r + 3]
+            if last > i and first < j:
+                out += [runs[r + field]] * (min(last, j) - max(first, i))
+            first = last
+        return out
 
     @property
     def jobs(self) -> list[str | None]:
         """The job of each sample, oldest first."""
-        runs = self.runs
-        return [job for r in range(0, len(runs), 2) for job in [runs[r]] * runs[r + 1]]
+        return self._expand(0, 0, len(self))
+
+    def columns(self, i: int, j: int) -> list[list[float]]:
+        """Samples ``i`` to ``j`` (past the last): ts, util, has_process and gpu_index, one list each."""
+        ts, util = super().columns(i, j)
+        return [ts, util, self._expand(1, i, j), self._expand(2, i, j)]
 
     def last_job(self) -> str | None:
         """The newest sample's job (the window is not empty)."""
+        return self.runs[-4]
+
+    def last_index(self) -> int:
+        """The newest sample's GPU index (the window is not empty)."""
         return self.runs[-2]
 
-    def _run_of(self, k: int) -> tuple[str | None, int]:
-        """The job of sample ``k`` (0 is the oldest) and the first sample of its run."""
+    def _run_of(self, k: int) -> tuple[int, int]:
+        """The run holding sample ``k`` (0 is the oldest; its position in ``runs``) and that run's first sample."""
         runs, first = self.runs, len(self)
         r = len(runs)
         while r:                     # from the newest run: the one asked for is usually the last
-            r -= 2
-            first -= runs[r + 1]
+            r -= self.RUN
+            first -= runs[r + 3]
             if first <= k:
-                return runs[r], first
+                return r, first
         raise IndexError(k)
 
     def job_of(self, k: int) -> str | None:
         """The job of sample ``k`` (0 is the oldest)."""
-        return self._run_of(k)[0]
+        return self.runs[self._run_of(k)[0]]
 
     def since_job(self, i: int, j: int) -> int:
         """The first of samples ``i`` to ``j`` (past the last) that belong to the last one's job: the samples of
         the job before it on this GPU say nothing of this one's work."""
-        return max(i, self._run_of(j - 1)[1])
+        runs = self.runs
+        r, first = self._run_of(j - 1)
+        job = runs[r]
+        while first > i and r and runs[r - self.RUN] == job:     # the job's earlier runs (a process came or went)
+            r -= self.RUN
+            first -= runs[r + 3]
+        return max(i, first)
 
     def drop_through(self, cutoff: float) -> int:
         n = Window.drop_through(self, cutoff)
         runs, left = self.runs, n
         while left:
-            if runs[1] > left:
-                runs[1] -= left
+            if runs[3] > left:
+                runs[3] -= left
                 break
-            left -= runs[1]
-            del runs[:2]
+            left -= runs[3]
+            del runs[:self.RUN]
         return n
 
     def to_state(self) -> dict:
         columns = super().to_state()
-        return {"ts": columns["ts"], "util": columns["util"], "has_process": columns["has_process"],
-                "job": self.jobs, "gpu_index": columns["gpu_index"]}
+        n = len(self)
+        return {"ts": columns["ts"], "util": columns["util"], "has_process": self._expand(1, 0, n),
+                "job": self._expand(0, 0, n), "gpu_index": self._expand(2, 0, n)}       # the order of SAVED
 
     @classmethod
     def from_state(cls, state: dict, what: str) -> Self:
-        w = super().from_state(state, what)
-        jobs = state.get("job")
-        if not isinstance(jobs, list) or len(jobs) != len(w) or not all(j is None or isinstance(j, str) for j in jobs):
-            raise StateError(f"{what}: a saved window needs the columns {[*cls.FIELDS, 'job']}")
-        for job in jobs:
-            w._count(job)
+        wrong = StateError(f"{what}: a saved window needs the columns {list(cls.SAVED)}")
+        try:
+            w = super().from_state(state, what)
+        except StateError:
+            raise wrong from None
+        jobs, has_process, index = cols = [state.get(name) or [] for name in ("job", "has_process", "gpu_index")]
+        if not all(isinstance(c, list) and len(c) == len(w) for c in cols) or \
+                not all(j is None or isinstance(j, str) for j in jobs) or \
+                not all(type(v) in (int, float) for c in (has_process, index) for v in c):
+            raise wrong
+        for job, p, i in zip(jobs, has_process, index):
+            w._count(job, float(p), int(i))
         return w
 
 
@@ -264,7 +298,7 @@ class Detector:
                 last_job = w.last_job()
                 recorder("idle", f"idle:{uuid}", at, [now / 100, max(u) / 100,
                                                        1.0 if last_job is not None else 0.0],
-                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": int(w.last("gpu_index"))})
+                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": w.last_index()})
             job = w.job_of(j - 1) if j > i else None
             if job is None:
                 continue

@@ -480,27 +480,39 @@ def test_a_window_gives_the_samples_of_a_span_and_saves_as_named_columns_with_no
         io_starvation.GpuWindow.from_state({**saved, "job": ["a"]}, "IO")
 
 
-def test_the_io_window_keeps_its_jobs_as_runs_that_answer_as_a_job_per_sample_would():
+def test_the_io_window_keeps_jobs_processes_and_indices_as_runs_that_answer_as_columns_per_sample_would():
     rng = random.Random(11)
     for _ in range(300):
-        g, plain, t = io_starvation.GpuWindow(), [], 0.0     # plain: (ts, job) per sample, as it was kept
+        g, plain, t = io_starvation.GpuWindow(), [], 0.0     # plain: a tuple per sample, as a window of columns held
         for _ in range(rng.randrange(1, 80)):
             t += rng.choice((1.0, 5.0, 30.0))
-            job = rng.choice(("a", "b", None)) if rng.random() < 0.1 or not plain else plain[-1][1]
+            last = plain[-1] if plain else (0.0, 0.0, 1.0, "a", 0)
+            job = rng.choice(("a", "b", None)) if rng.random() < 0.1 else last[3]
+            has_process = rng.choice((0.0, 1.0)) if rng.random() < 0.1 else last[2]
+            index = rng.choice((0, 3)) if rng.random() < 0.05 else last[4]
+            util = rng.choice((None, 50.0, 99.5))
             cutoff = t - rng.choice((60.0, 300.0, 1e9))
-            g.add(t, 50.0, 1.0, job, 0, cutoff)
-            plain = [(ts, j) for ts, j in plain + [(t, job)] if ts > cutoff]
-            jobs = [j for _, j in plain]
-            assert g.jobs == jobs and len(g) == len(jobs) and g.last_job() == jobs[-1]
-            assert all(g.runs[r] != g.runs[r + 2] for r in range(0, len(g.runs) - 2, 2))     # no two runs of one job
+            g.add(t, util, has_process, job, index, cutoff)
+            plain = [s for s in plain + [(t, util, has_process, job, index)] if s[0] > cutoff]
+            jobs = [s[3] for s in plain]
+            assert g.jobs == jobs and len(g) == len(jobs) and g.last_job() == jobs[-1] and g.last_index() == index
+            runs = [tuple(g.runs[r:r + 3]) for r in range(0, len(g.runs), 4)]
+            assert all(a != b for a, b in zip(runs, runs[1:]))           # a new run only when something changed
             i = rng.randrange(len(jobs))
             j = rng.randrange(i + 1, len(jobs) + 1)
             k = j - 1
             while k > i and jobs[k - 1] == jobs[j - 1]:
                 k -= 1
             assert g.since_job(i, j) == k and g.job_of(j - 1) == jobs[j - 1]
-        again = io_starvation.GpuWindow.from_state(json.loads(json.dumps(g.to_state())), "IO")
-        assert again.runs == g.runs
+            ts, utils, processes, indices = g.columns(i, j)
+            assert ts == [s[0] for s in plain[i:j]] and processes == [s[2] for s in plain[i:j]]
+            assert indices == [s[4] for s in plain[i:j]]
+            assert [u if u == u else None for u in utils] == [s[1] for s in plain[i:j]]
+        saved = g.to_state()
+        assert saved == {"ts": [s[0] for s in plain], "util": [s[1] for s in plain],
+                         "has_process": [s[2] for s in plain], "job": jobs, "gpu_index": [s[4] for s in plain]}
+        again = io_starvation.GpuWindow.from_state(json.loads(json.dumps(saved)), "IO")
+        assert again.runs == g.runs and again.to_state() == saved
 
 
 def test_the_leak_trends_of_a_batch_are_each_series_own_counted_pair_by_pair():

@@ -44,6 +44,10 @@ INF = float("inf")
 UTIL_SCALE = 1000          # utilization kept in thousandths of a percent: sums of util x ms stay integers
 
 
+def _record_key(rec: Record) -> tuple[int, str, str]:
+    return rec.period_start, rec.tenant, rec.job
+
+
 def _ms(t: float) -> int:
     return round(t * 1000)
 
@@ -117,11 +121,11 @@ class GpuMeter:
         self.run_start: int | None = None      # ms of the first sample of the idle run its pending sample is in
         self.run_idle = False                  # that run has reached the idle window
         self.rental_ms = 0                     # billed time of the current rental so far
-        self.records: dict[tuple[int, str, str], Record] = {}
+        self.records: list[Record] = []       # a list, not a dict by key: a GPU has one or two open at a time
 
     def resolve(self) -> None:
         """The open idle run ended (or reached the window): its held time becomes idle or busy."""
-        for rec in self.records.values():
+        for rec in self.records:
             if rec.undecided:
                 rec.settle(self.run_idle)
         self.run_start, self.run_idle = None, False
@@ -129,7 +133,7 @@ class GpuMeter:
     def to_state(self) -> dict:
         return {"pending": None if self.pending is None else save_fields(self.pending), "run_start": self.run_start,
                 "run_idle": self.run_idle, "rental_ms": self.rental_ms,
-                "records": [save_fields(r) for r in self.records.values()]}
+                "records": [save_fields(r) for r in self.records]}
 
     @classmethod
     def from_state(cls, state: dict) -> GpuMeter:
@@ -138,11 +142,17 @@ class GpuMeter:
             pending = state["pending"]
             m.pending = None if pending is None else load_fields(Sample, pending, "metered sample")
             m.run_start, m.run_idle, m.rental_ms = state["run_start"], state["run_idle"], state["rental_ms"]
-            records = [load_fields(Record, r, "billing record") for r in state["records"]]
+            m.records = [load_fields(Record, r, "billing record") for r in state["records"]]
         except KeyError as err:
             raise StateError(f"GPU meter: saved state lacks {err}") from None
-        m.records = {(r.period_start, r.tenant, r.job): r for r in records}
         return m
+
+    def record(self, period_start: int, tenant: str, job: str) -> Record | None:
+        """The open record of this tenant and job for the period starting at ``period_start`` (seconds)."""
+        for rec in self.records:
+            if rec.period_start == period_start and rec.job == job and rec.tenant == tenant:
+                return rec
+        return None
 
 
 class Metering:
@@ -251,12 +261,12 @@ class Metering:
             return
         util = None if estimated else a.util
         idle, count = in_run and m.run_idle, not estimated and lo == a.start
-        interval_ms, records, tenant, job = round(a.interval * 1000), m.records, a.tenant, a.job
+        interval_ms, tenant, job = round(a.interval * 1000), a.tenant, a.job
         while lo < hi:
             p = lo - lo % period
             cut = hi if hi <= p + period else p + period
             ms = cut - lo
-            rec = records.get((p // 1000, tenant, job)) or self._record(m, p, a, period)
+            rec = m.record(p // 1000, tenant, job) or self._record(m, p, a, period)
             if count:
                 rec.samples += 1
                 count = False
@@ -296,10 +306,10 @@ class Metering:
 
     def _record(self, m: GpuMeter, p: int, a: Sample, period: int) -> Record:
         """The record of ``a``'s tenant and job for the period starting at ``p`` ms."""
-        key = (p // 1000, a.tenant, a.job)
-        rec = m.records.get(key)
+        rec = m.record(p // 1000, a.tenant, a.job)
         if rec is None:
-            rec = m.records[key] = Record(key[0], a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
+            rec = Record(p // 1000, a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
+            m.records.append(rec)
             if p + period < self.due:
                 self.due = p + period
         return rec
@@ -316,13 +326,17 @@ class Metering:
                 limit = min(limit, m.pending.start)
             if m.run_start is not None and not m.run_idle:
                 limit = min(limit, m.run_start)
-            for key in sorted(m.records):
-                end = key[0] * 1000 + period
+            records, gone = m.records, False
+            for rec in sorted(records, key=_record_key) if len(records) > 1 else records:
+                end = rec.period_start * 1000 + period
                 if end <= limit:
-                    out.event(_event(uuid, node, m.records.pop(key), tariff))
+                    out.event(_event(uuid, node, rec, tariff))
                     out.counts["billing_records"] += 1
+                    gone = True
                 elif end < due:
                     due = end
+            if gone:
+                m.records = [r for r in records if r.period_start * 1000 + period > limit]
             if m.pending is None and m.run_start is None and not m.records:
                 del self.gpus[uuid]
         self.due = due

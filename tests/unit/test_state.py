@@ -56,7 +56,7 @@ def parts(running):
         found += [(Run, r) for r in node.idle.runs.values()]
         found += [(Metering, node.meter)] + [(GpuMeter, m) for m in node.meter.gpus.values()]
         found += [(Sample, m.pending) for m in node.meter.gpus.values() if m.pending is not None]
-        found += [(Record, r) for m in node.meter.gpus.values() for r in m.records.values()]
+        found += [(Record, r) for m in node.meter.gpus.values() for r in m.records]
         found += [(memory_leak.MemoryTrack, m) for m in leaks.tracks.values()]
         found += [(Incident, i) for d in (leaks, io) for i in d.incidents.by_key.values()]
     for job in running.jobs.values():

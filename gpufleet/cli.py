@@ -20,11 +20,12 @@ exit codes: 0 done, 1 failed while running, 2 bad argument or setting."""
 
 # the optional dependency groups (pyproject.toml) by the module that tells one is missing
 EXTRAS = {"clickhouse_connect": "store", "chdb": "embedded", "faust": "worker", "mode": "worker",
-          "numpy": "train", "sklearn": "train", "matplotlib": "train", "msgspec": "embedded"}
+          "numpy": "train", "sklearn": "train", "matplotlib": "train", "msgspec": "embedded",
+          "cramjam": "embedded"}
 # a module in more than one group: the smaller install that a command needs it from
 EXTRAS_OF_COMMAND = {("numpy", "forecast"): "forecast", ("numpy", "scale"): "forecast",
                      ("sklearn", "forecast"): "forecast", ("sklearn", "scale"): "forecast",
-                     ("msgspec", "worker"): "worker"}
+                     ("msgspec", "worker"): "worker", ("cramjam", "worker"): "worker"}
 
 
 class UsageError(Exception):

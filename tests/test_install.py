@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("chdb", "sklearn", "numpy", "matplotlib", "scipy", "clickhouse_connect", "faust", "msgspec")
+HEAVY = ("chdb", "sklearn", "numpy", "matplotlib", "scipy", "clickhouse_connect", "faust", "msgspec", "cramjam")
 
 
 @pytest.mark.slow

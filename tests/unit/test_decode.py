@@ -145,12 +145,12 @@ def test_the_structs_are_made_from_the_contracts_models_field_for_field():
         assert issubclass(packed, struct) and packed.__struct_fields__ == struct.__struct_fields__
 
 
-def test_a_packed_message_is_less_than_half_its_json_and_reads_like_the_decoded_one():
+def test_a_packed_message_is_a_small_part_of_its_json_and_reads_like_the_decoded_one():
     raw = json.dumps(message(1767571200.5, gpus=[gpu(i, job="train-7", processes=[{"pid": 7, "mem_used_bytes": 1e9}])
                                                   for i in range(8)])).encode()
     msg = fast.decode(raw)
     packed = fast.pack_message(msg)
-    assert len(packed) < len(raw) / 2
+    assert len(packed) < len(raw) / 5         # values without names (a third), compressed (eight GPUs alike)
     back = fast.unpack_message(packed)
     assert back.to_dict() == msg.to_dict() == contract.parse(raw).model_dump(by_alias=True)
     assert back.schema_ == msg.schema_ and back.gpus[3].processes[0].pid == 7
@@ -160,8 +160,8 @@ def test_a_packed_message_is_less_than_half_its_json_and_reads_like_the_decoded_
     # the node's strings numbered in a table: a GPU's uuid and model, its job, the node's names once per table
     strings = fast.Strings()
     first, numbered = fast.pack_message(msg, strings), fast.pack_message(msg, strings)
-    # a number instead of each string: at least the uuids' bytes less (about a third of a collector's message)
-    assert first == numbered and len(numbered) <= len(packed) - sum(len(g.uuid) for g in msg.gpus)
+    # a number instead of each string: smaller still, where compression alone keeps what differs of each uuid
+    assert first == numbered and len(numbered) < len(packed)
     assert sorted(strings.names) == sorted({msg.node, msg.pool, msg.collector_id} - {None} | {
         v for g in msg.gpus for v in (g.uuid, g.parent_uuid, g.mig_profile, g.model, g.tenant, g.job) if v})
     out = fast.unpack_message(numbered, strings)

@@ -36,7 +36,7 @@ class Waiting:
     A decoded message (:mod:`.decode`'s structs) waits packed (:func:`.decode.pack_message`: its values in
     field order, its strings as their numbers in the node's :class:`.decode.Strings`, compressed with LZ4, about
     a tenth of the JSON it came in) and is unpacked when it is released, which costs about as much as decoding
-    its JSON again. (zlib's fastest level takes a little less room for seven times LZ4's CPU.) A pydantic
+    its JSON again. (zlib's fastest level takes a little less room for about nine times LZ4's CPU.) A pydantic
     message waits as it is."""
 
     __slots__ = ("msg", "packed", "strings", "refs")

@@ -19,75 +19,55 @@ The Helios clusters' times are local (UTC+8) and are written so; Philly's as the
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import sys
-from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
+
+import numpy as np
+
+from gpufleet.models.series import Series, SeriesError, parse_time, read_csv, regular
 
 ROOT = Path(__file__).resolve().parent.parent
 VENUS = Path("simulation/data/Venus/cluster_throughput.csv")
 EARTH = Path("analysis/2_cluster characterization/Earth_vcs")
 PHILLY = Path("framework/CES Service/data/philly_node_sequence.csv")
-VENUS_LAST = dt.datetime(2020, 9, 27, 23, 50)       # the file's last day ends early; the series stops before it
-STEP = dt.timedelta(minutes=10)
+VENUS_LAST = parse_time("2020-09-27 23:50:00")     # the file's last day ends early; the series stops before it
+STEP = 600.0
+# The sources' times carry no zone: they are read as if UTC (10-minute steps fall alike in any whole-hour
+# zone) and written back as they were, with the zone they are in.
 
 
-def rows(path: Path) -> Iterable[dict[str, str]]:
-    if not path.is_file():
-        raise SystemExit(f"error: {path} not found (is the clone complete?)")
-    with open(path, newline="", encoding="utf-8") as f:
-        yield from csv.DictReader(f)
-
-
-def when(text: str) -> dt.datetime:
-    return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
-
-
-def bucket(t: dt.datetime) -> dt.datetime:
-    return t - dt.timedelta(minutes=t.minute % 10, seconds=t.second)
-
-
-def ten_minute_means(points: Iterable[tuple[dt.datetime, float]]) -> list[tuple[dt.datetime, float]]:
-    sums: dict[dt.datetime, list[float]] = defaultdict(lambda: [0.0, 0])
-    for t, v in points:
-        s = sums[bucket(t)]
-        s[0] += v
-        s[1] += 1
-    return [(t, s[0] / s[1]) for t, s in sorted(sums.items())]
-
-
-def write(path: Path, column: str, series: list[tuple[dt.datetime, float]], zone: str) -> None:
+def write(path: Path, column: str, series: Series, zone: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"ts,{column}\n")
-        for t, v in series:
-            f.write(f"{t.strftime('%Y-%m-%dT%H:%M:%S')}{zone},{v:g}\n")
-    print(f"{path}: {len(series)} steps, {series[0][0]:%Y-%m-%d} to {series[-1][0]:%Y-%m-%d}", file=sys.stderr)
+        for t, v in zip(series.times(), series.values):
+            if not np.isnan(v):
+                f.write(f"{dt.datetime.fromtimestamp(t, dt.UTC).strftime('%Y-%m-%dT%H:%M:%S')}{zone},{v:g}\n")
+    first, last = (dt.datetime.fromtimestamp(t, dt.UTC) for t in (series.times()[0], series.times()[-1]))
+    print(f"{path}: {len(series)} steps, {first:%Y-%m-%d} to {last:%Y-%m-%d}", file=sys.stderr)
 
 
-def venus(lucid: Path) -> list[tuple[dt.datetime, float]]:
-    running, out = 0, []
-    for r in rows(lucid / VENUS):
-        running += int(r["start_gpu_num"]) - int(r["end_gpu_num"])
-        out.append((when(r["time"]), running))
-    low = min(v for _, v in out)                     # the outage: nothing runs
-    return [(t, float(v - low)) for t, v in out if t <= VENUS_LAST]
+def venus(lucid: Path) -> Series:
+    times, started = read_csv(str(lucid / VENUS), "time", "start_gpu_num")
+    _, ended = read_csv(str(lucid / VENUS), "time", "end_gpu_num")
+    running = np.cumsum(started - ended)
+    running -= running.min()                       # the outage: nothing runs
+    keep = times <= VENUS_LAST
+    return regular(times[keep], running[keep], STEP, "last")
 
 
-def earth(helios: Path) -> list[tuple[dt.datetime, float]]:
+def earth(helios: Path) -> Series:
     files = sorted((helios / EARTH).glob("*/cluster_sequence_vc.csv"))
     if not files:
-        raise SystemExit(f"error: no virtual cluster under {helios / EARTH}")
-    total: dict[dt.datetime, float] = defaultdict(float)
-    for path in files:
-        for r in rows(path):
-            total[when(r["time"])] += float(r["running_gpu_num"])
-    return ten_minute_means(sorted(total.items()))
+        raise SeriesError("file", f"no virtual cluster under {helios / EARTH}")
+    columns = [read_csv(str(path), "time", "running_gpu_num") for path in files]
+    per_minute = regular(np.concatenate([t for t, _ in columns]), np.concatenate([v for _, v in columns]), 60.0,
+                         "sum")
+    return regular(per_minute.times(), per_minute.values, STEP, "mean")
 
 
-def philly(helios: Path) -> list[tuple[dt.datetime, float]]:
-    return ten_minute_means((when(r["time"]), float(r["active"])) for r in rows(helios / PHILLY))
+def philly(helios: Path) -> Series:
+    return regular(*read_csv(str(helios / PHILLY), "time", "active"), STEP, "mean")
 
 
 def main() -> int:
@@ -97,9 +77,13 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "out" / "traces", help="where the CSVs go (default out/traces)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    write(args.out / "helios-venus-demand.csv", "gpus", venus(args.lucid), "+08:00")
-    write(args.out / "helios-earth-demand.csv", "gpus", earth(args.helios), "+08:00")
-    write(args.out / "philly-nodes-demand.csv", "nodes", philly(args.helios), "Z")
+    try:
+        write(args.out / "helios-venus-demand.csv", "gpus", venus(args.lucid), "+08:00")
+        write(args.out / "helios-earth-demand.csv", "gpus", earth(args.helios), "+08:00")
+        write(args.out / "philly-nodes-demand.csv", "nodes", philly(args.helios), "Z")
+    except SeriesError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

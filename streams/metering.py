@@ -266,7 +266,7 @@ class Metering:
             p = lo - lo % period
             cut = hi if hi <= p + period else p + period
             ms = cut - lo
-            rec = m.record(p // 1000, tenant, job) or self._record(m, p, a, period)
+            rec = m.record(p // 1000, tenant, job) or self._open(m, p, a, period)
             if count:
                 rec.samples += 1
                 count = False
@@ -306,12 +306,14 @@ class Metering:
 
     def _record(self, m: GpuMeter, p: int, a: Sample, period: int) -> Record:
         """The record of ``a``'s tenant and job for the period starting at ``p`` ms."""
-        rec = m.record(p // 1000, a.tenant, a.job)
-        if rec is None:
-            rec = Record(p // 1000, a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
-            m.records.append(rec)
-            if p + period < self.due:
-                self.due = p + period
+        return m.record(p // 1000, a.tenant, a.job) or self._open(m, p, a, period)
+
+    def _open(self, m: GpuMeter, p: int, a: Sample, period: int) -> Record:
+        """A new record of ``a``'s tenant and job for the period starting at ``p`` ms (none is open)."""
+        rec = Record(p // 1000, a.tenant, a.job, a.pool, a.model, a.index, a.mig_profile)
+        m.records.append(rec)
+        if p + period < self.due:
+            self.due = p + period
         return rec
 
     # -- records out ------------------------------------------------------------
@@ -327,7 +329,7 @@ class Metering:
             if m.run_start is not None and not m.run_idle:
                 limit = min(limit, m.run_start)
             records, gone = m.records, False
-            for rec in sorted(records, key=_record_key) if len(records) > 1 else records:
+            for rec in sorted(records, key=_record_key):
                 end = rec.period_start * 1000 + period
                 if end <= limit:
                     out.event(_event(uuid, node, rec, tariff))

@@ -6,7 +6,11 @@ ClickHouse derives them from the per-GPU rows (materialized views).
 """
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
 from operator import attrgetter
+
+import numpy as np
 
 from gpufleet.collectors.telemetry import Telemetry
 
@@ -34,6 +38,7 @@ GPU_ROLLUP = Table("gpu_rollup_1m", ("minute", "node", "pool", "gpu_uuid", "gpu_
 NODE_ROLLUP = Table("node_rollup_1m", ("minute", "node", "pool", "samples", "gpus",
                                        *_stat_columns(NODE_METRICS)))
 
+NAN = float("nan")
 _gpu_values = attrgetter(*GPU_METRICS)
 _host_values = attrgetter(*HOST_METRICS)
 _node_gpu_values = attrgetter(*(metric for _, metric, _ in NODE_GPU_METRICS))
@@ -93,43 +98,161 @@ class Stats:
         return out
 
 
-class GpuMinute:
-    __slots__ = ("stats", "samples", "throttled", "xids", "rented_ms", "last")
+def _blank(k: int) -> tuple[np.ndarray, ...]:
+    """``k`` empty rows of :class:`GpuMinutes`' per-metric arrays: values missing, sums, mins and maxes."""
+    shape = (k, len(GPU_METRICS))
+    return np.zeros(shape), np.full(shape, -0.0), np.full(shape, NAN), np.full(shape, NAN)
 
-    def __init__(self):
-        self.stats = Stats(len(GPU_METRICS))
-        self.samples = self.throttled = self.xids = 0
-        self.rented_ms = 0               # the telemetry's rented time: the intervals of samples with a tenant
-        self.last: tuple = ()            # index, model, tenant, job of the latest sample
 
-    def add(self, g, interval_ms: int) -> None:
-        self.stats.add(_gpu_values(g))
-        self.samples += 1
-        if g.tenant is not None:
-            self.rented_ms += interval_ms
-        if g.throttle_reasons:
-            self.throttled += 1
-        if g.xid_events:
-            self.xids += len(g.xid_events)
-        self.last = (g.index, g.model or "", g.tenant or "", g.job or "")
+class GpuMinutes:
+    """The open minute of a node's GPUs as columns: one row per GPU (in the order they appeared); per metric its
+    sum, min and max as float arrays (NaN where a min or max has no value yet) and the samples that lacked it;
+    per GPU its samples, throttled samples, XID events and rented time (the intervals of samples with a tenant).
+    One message updates all its GPUs' rows with a few array operations, and no Python number is kept per value
+    (a list per GPU of counts, sums, mins and maxes held about 1 kB a GPU: its sums' floats and the samples'
+    floats its mins and maxes kept alive). Sums add the same values in the same order as a loop would, from -0.0
+    (adding it changes nothing), so the means are the same to the last bit."""
+
+    __slots__ = ("rows", "uuids", "last", "miss", "sum", "min", "max", "samples", "throttled", "xids", "rented_ms")
+    WIDTH = len(GPU_METRICS)
+
+    def __init__(self) -> None:
+        self._start([], [])
+
+    def _start(self, uuids: list[str], last: list[tuple]) -> None:
+        """Rows for these GPUs (their latest samples' ``last``), all empty."""
+        k = len(uuids)
+        self.uuids, self.last = uuids, last               # last: index, model, tenant, job of the latest sample
+        self.rows = {u: i for i, u in enumerate(uuids)}
+        self.samples, self.throttled, self.xids, self.rented_ms = (array("q", bytes(8 * k)) for _ in range(4))
+        self.miss, self.sum, self.min, self.max = _blank(k)
+
+    def _grow(self, uuid: str) -> int:
+        i = self.rows[uuid] = len(self.uuids)
+        self.uuids.append(uuid)
+        self.last.append(())
+        for counts in (self.samples, self.throttled, self.xids, self.rented_ms):
+            counts.append(0)
+        self.miss, self.sum, self.min, self.max = (np.vstack(pair) for pair in zip(
+            (self.miss, self.sum, self.min, self.max), _blank(1)))
+        return i
+
+    def add(self, gpus, interval_ms: int) -> None:
+        uuids = [g.uuid for g in gpus]
+        if uuids == self.uuids:
+            at: slice | list[int] = slice(None)           # the usual case: the same GPUs in the same order
+            rows: Iterable[int] = range(len(uuids))
+        else:
+            index = self.rows
+            at = rows = [index[u] if u in index else self._grow(u) for u in uuids]
+        last, samples, throttled, xids, rented = self.last, self.samples, self.throttled, self.xids, self.rented_ms
+        flat: list = []
+        for i, g in zip(rows, gpus):
+            flat += _gpu_values(g)
+            last[i] = (g.index, g.model or "", g.tenant or "", g.job or "")
+            samples[i] += 1
+            if g.throttle_reasons:
+                throttled[i] += 1
+            if g.xid_events:
+                xids[i] += len(g.xid_events)
+            if g.tenant is not None:
+                rented[i] += interval_ms
+        try:
+            v = np.frombuffer(array("d", flat)).reshape(len(gpus), -1)
+            seen = None
+        except TypeError:                                # a value is missing (None): as NaN, skipped in sums
+            v = np.array(flat, dtype=np.float64).reshape(len(gpus), -1)
+            seen = v == v
+        if type(at) is slice:                            # in place
+            if seen is None:
+                np.add(self.sum, v, out=self.sum)
+            else:
+                np.add(self.miss, 1.0, out=self.miss, where=~seen)
+                np.add(self.sum, v, out=self.sum, where=seen)
+            np.fmin(self.min, v, out=self.min)
+            np.fmax(self.max, v, out=self.max)
+        else:                                            # the rows of the message's GPUs, each once
+            if seen is None:
+                self.sum[at] += v
+            else:
+                self.miss[at] += ~seen
+                total = self.sum[at]
+                np.add(total, v, out=total, where=seen)
+                self.sum[at] = total
+            self.min[at] = np.fmin(self.min[at], v)
+            self.max[at] = np.fmax(self.max[at], v)
+
+    def _counts(self) -> np.ndarray:
+        """Each GPU's values of each metric this minute."""
+        return np.frombuffer(self.samples, dtype=np.int64)[:, None] - self.miss
+
+    def emit(self, head: tuple, out: Output) -> None:
+        """A row per GPU with samples this minute: ``head`` (minute, node, pool), the GPU's latest index, model,
+        tenant and job, its samples, each metric's mean, min and max (None without a value) and its counts; then
+        the rows start the next minute empty (a GPU without samples this minute loses its row)."""
+        whole = not self.miss.any()                      # every sample had every value: no NaN in a GPU's row
+        stats = np.empty((len(self.uuids), self.WIDTH, 3))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            np.divide(self.sum, self._counts(), out=stats[:, :, 0])      # 0 / 0 is NaN: no value
+        stats[:, :, 1], stats[:, :, 2] = self.min, self.max
+        for uuid, last, samples, throttled, xids, rented_ms, row in zip(
+                self.uuids, self.last, self.samples, self.throttled, self.xids, self.rented_ms,
+                stats.reshape(len(self.uuids), -1).tolist()):
+            if samples:
+                out.row(GPU_ROLLUP, (*head, uuid, *last, samples, *(row if whole else
+                                                                   [None if x != x else x for x in row]),
+                                     throttled, xids, rented_ms))
+        if all(self.samples):
+            self.miss.fill(0.0)
+            self.sum.fill(-0.0)
+            self.min.fill(NAN)
+            self.max.fill(NAN)
+            zeros = array("q", bytes(8 * len(self.uuids)))
+            self.samples[:], self.throttled[:], self.xids[:], self.rented_ms[:] = zeros, zeros, zeros, zeros
+        else:
+            kept = [i for i, n in enumerate(self.samples) if n]
+            self._start([self.uuids[i] for i in kept], [self.last[i] for i in kept])
 
     def to_state(self) -> dict:
-        index, model, tenant, job = self.last or (None, None, None, None)
-        return {"stats": self.stats.to_state(), "samples": self.samples, "throttled": self.throttled,
-                "xids": self.xids, "rented_ms": self.rented_ms, "index": index, "model": model, "tenant": tenant,
-                "job": job}
+        """Per GPU with samples: its statistics (count, sum, min and max of each metric, 0 where none), counts
+        and latest sample's index, model, tenant and job."""
+        n = self._counts()
+        blank = n == 0
+        cols = [c.tolist() for c in (n.astype(np.int64), np.where(blank, 0.0, self.sum),
+                                     np.where(blank, 0.0, self.min), np.where(blank, 0.0, self.max))]
+        out = {}
+        for i, (uuid, last) in enumerate(zip(self.uuids, self.last)):
+            if self.samples[i]:
+                index, model, tenant, job = last
+                out[uuid] = {"stats": {k: c[i] for k, c in zip(("n", "sum", "min", "max"), cols)},
+                             "samples": self.samples[i], "throttled": self.throttled[i], "xids": self.xids[i],
+                             "rented_ms": self.rented_ms[i], "index": index, "model": model, "tenant": tenant,
+                             "job": job}
+        return out
 
     @classmethod
-    def from_state(cls, state: dict) -> GpuMinute:
-        acc = cls.__new__(cls)
+    def from_state(cls, state: dict) -> GpuMinutes:
+        acc = cls()
+        width = cls.WIDTH
         try:
-            acc.stats = Stats.from_state(state["stats"], len(GPU_METRICS))
-            acc.samples, acc.throttled, acc.xids = state["samples"], state["throttled"], state["xids"]
-            acc.rented_ms = state["rented_ms"]
-            last = (state["index"], state["model"], state["tenant"], state["job"])
+            for uuid, g in state.items():
+                i = acc._grow(uuid)
+                stats = g["stats"]
+                cols = [c for c in (stats.get(k) for k in ("n", "sum", "min", "max"))
+                        if isinstance(c, list) and len(c) == width]
+                if len(cols) != 4:
+                    raise StateError(f"rollup statistics: saved state needs n, sum, min and max of {width} "
+                                     "metrics each")
+                acc.samples[i], acc.throttled[i], acc.xids[i] = g["samples"], g["throttled"], g["xids"]
+                acc.rented_ms[i] = g["rented_ms"]
+                acc.last[i] = (g["index"], g["model"], g["tenant"], g["job"])
+                seen = [bool(x) for x in cols[0]]
+                acc.miss[i] = [g["samples"] - x for x in cols[0]]
+                acc.sum[i] = [v if s else -0.0 for v, s in zip(cols[1], seen)]
+                acc.min[i] = [v if s else NAN for v, s in zip(cols[2], seen)]
+                acc.max[i] = [v if s else NAN for v, s in zip(cols[3], seen)]
         except KeyError as err:
             raise StateError(f"GPU minute: saved state lacks {err}") from None
-        acc.last = () if last[0] is None else last
         return acc
 
 
@@ -176,7 +299,7 @@ class MinuteRollups:
     def __init__(self):
         self.minute: int | None = None
         self.node = NodeMinute()
-        self.gpus: dict[str, GpuMinute] = {}
+        self.gpus = GpuMinutes()
 
     def add(self, msg: Telemetry, out: Output, default_interval_s: float = 5.0) -> None:
         """One message; a GPU's rented time in a minute adds the interval of each sample with a tenant."""
@@ -186,29 +309,22 @@ class MinuteRollups:
                 self.close(msg.node, out)
             self.minute = minute
         self.node.add(msg)
-        gpus, interval_ms = self.gpus, round((msg.interval_s or default_interval_s) * 1000)
-        for g in msg.gpus:
-            acc = gpus.get(g.uuid)
-            if acc is None:
-                acc = gpus[g.uuid] = GpuMinute()
-            acc.add(g, interval_ms)
+        if msg.gpus:
+            self.gpus.add(msg.gpus, round((msg.interval_s or default_interval_s) * 1000))
 
     def close(self, node: str, out: Output) -> None:
         """Emit the open minute's rows and start empty."""
         if self.minute is None:
             return
         minute, pool = self.minute, self.node.pool or ""
-        for uuid, acc in self.gpus.items():
-            index, model, tenant, job = acc.last
-            out.row(GPU_ROLLUP, (minute, node, pool, uuid, index, model, tenant, job,
-                                 acc.samples, *acc.stats.columns(), acc.throttled, acc.xids, acc.rented_ms))
+        self.gpus.emit((minute, node, pool), out)       # and starts the next minute with this one's GPUs
         n = self.node
         out.row(NODE_ROLLUP, (minute, node, pool, n.samples, n.gpus, *n.stats.columns()))
-        self.minute, self.node, self.gpus = None, NodeMinute(), {}
+        self.minute, self.node = None, NodeMinute()
 
     def to_state(self) -> dict:
         return {"minute": self.minute, "node": self.node.to_state(),
-                "gpus": {u: g.to_state() for u, g in self.gpus.items()}}
+                "gpus": self.gpus.to_state()}
 
     @classmethod
     def from_state(cls, state: dict) -> MinuteRollups:
@@ -216,7 +332,7 @@ class MinuteRollups:
         try:
             r.minute = state["minute"]
             r.node = NodeMinute.from_state(state["node"])
-            r.gpus = {u: GpuMinute.from_state(g) for u, g in state["gpus"].items()}
+            r.gpus = GpuMinutes.from_state(state["gpus"])
         except KeyError as err:
             raise StateError(f"minute rollups: saved state lacks {err}") from None
         return r

@@ -13,7 +13,7 @@ from gpufleet.streams.jobs import GpuSums, JobMinute, JobProcessor
 from gpufleet.streams.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
-from gpufleet.streams.rollups import GpuMinute, MinuteRollups, NodeMinute
+from gpufleet.streams.rollups import GpuMinutes, MinuteRollups, NodeMinute
 from gpufleet.streams.state import StateError, load_fields, pack, save_fields, unpack
 
 
@@ -52,7 +52,7 @@ def parts(running):
         found += [(Gate, node.gate), (MinuteRollups, node.rollups), (NodeMinute, node.rollups.node),
                   (IdleTracker, node.idle), (NodeDetectors, node.detect), (memory_leak.Detector, leaks),
                   (io_starvation.Detector, io), (Incidents, leaks.incidents), (Incidents, io.incidents)]
-        found += [(GpuMinute, g) for g in node.rollups.gpus.values()]
+        found += [(GpuMinutes, node.rollups.gpus)]
         found += [(Run, r) for r in node.idle.runs.values()]
         found += [(Metering, node.meter)] + [(GpuMeter, m) for m in node.meter.gpus.values()]
         found += [(Sample, m.pending) for m in node.meter.gpus.values() if m.pending is not None]
@@ -68,7 +68,7 @@ def parts(running):
     return found
 
 
-@pytest.mark.parametrize("cls", [Gate, MinuteRollups, NodeMinute, GpuMinute, IdleTracker, Run, NodeDetectors,
+@pytest.mark.parametrize("cls", [Gate, MinuteRollups, NodeMinute, GpuMinutes, IdleTracker, Run, NodeDetectors,
                                  memory_leak.Detector, io_starvation.Detector, Incidents, Incident,
                                  memory_leak.MemoryTrack, JobMinute, GpuSums, JobDetectors, straggler.Detector,
                                  Metering, GpuMeter, Sample, Record])

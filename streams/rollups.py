@@ -197,7 +197,7 @@ class GpuMinutes:
         stats[:, :, 1], stats[:, :, 2] = self.min, self.max
         for uuid, last, samples, throttled, xids, rented_ms, row in zip(
                 self.uuids, self.last, self.samples, self.throttled, self.xids, self.rented_ms,
-                stats.reshape(len(self.uuids), -1).tolist()):
+                stats.reshape(len(self.uuids), 3 * self.WIDTH).tolist()):
             if samples:
                 out.row(GPU_ROLLUP, (*head, uuid, *last, samples, *(row if whole else
                                                                    [None if x != x else x for x in row]),
@@ -243,14 +243,17 @@ class GpuMinutes:
                 if len(cols) != 4:
                     raise StateError(f"rollup statistics: saved state needs n, sum, min and max of {width} "
                                      "metrics each")
-                acc.samples[i], acc.throttled[i], acc.xids[i] = g["samples"], g["throttled"], g["xids"]
-                acc.rented_ms[i] = g["rented_ms"]
                 acc.last[i] = (g["index"], g["model"], g["tenant"], g["job"])
-                seen = [bool(x) for x in cols[0]]
-                acc.miss[i] = [g["samples"] - x for x in cols[0]]
-                acc.sum[i] = [v if s else -0.0 for v, s in zip(cols[1], seen)]
-                acc.min[i] = [v if s else NAN for v, s in zip(cols[2], seen)]
-                acc.max[i] = [v if s else NAN for v, s in zip(cols[3], seen)]
+                try:
+                    acc.samples[i], acc.throttled[i], acc.xids[i] = g["samples"], g["throttled"], g["xids"]
+                    acc.rented_ms[i] = g["rented_ms"]
+                    seen = [bool(x) for x in cols[0]]
+                    acc.miss[i] = [g["samples"] - x for x in cols[0]]
+                    acc.sum[i] = [v if s else -0.0 for v, s in zip(cols[1], seen)]
+                    acc.min[i] = [v if s else NAN for v, s in zip(cols[2], seen)]
+                    acc.max[i] = [v if s else NAN for v, s in zip(cols[3], seen)]
+                except (TypeError, ValueError, OverflowError):
+                    raise StateError(f"GPU minute of {uuid}: saved counts and statistics must be numbers") from None
         except KeyError as err:
             raise StateError(f"GPU minute: saved state lacks {err}") from None
         return acc

@@ -8,6 +8,7 @@ from gpufleet.collectors.telemetry import parse
 from gpufleet.streams.decode import decode
 from gpufleet.streams.output import Output
 from gpufleet.streams.rollups import GPU_METRICS, GPU_ROLLUP, NODE_ROLLUP, MinuteRollups
+from gpufleet.streams.state import StateError
 
 
 def as_dict(table, row):
@@ -125,3 +126,22 @@ def test_gpu_minutes_as_columns_match_a_sample_by_sample_sum_exactly_through_a_s
         assert {k: got[key][k] for k in row} == row, key
         for k in GPU_METRICS:                       # the same floats, not merely equal ones (-0.0 stays -0.0)
             assert repr(got[key][f"{k}_mean"]) == repr(row[f"{k}_mean"])
+
+
+def test_a_node_without_gpus_closes_its_minute_with_a_node_row_only():
+    r, out = MinuteRollups(), Output()
+    r.add(decode(json.dumps(message(60, gpus=[], host={"cpu_util_pct": 40.0})).encode()), out)
+    r.add(decode(json.dumps(message(120, gpus=[gpu(0)])).encode()), out)
+    r.close("n1", out)
+    nodes = [as_dict(NODE_ROLLUP, x) for x in out.rows[NODE_ROLLUP]]
+    assert [(n["minute"], n["gpus"], n["host_cpu_util_pct_mean"]) for n in nodes] == [(60, 0, 40.0), (120, 1, None)]
+    assert [as_dict(GPU_ROLLUP, x)["minute"] for x in out.rows[GPU_ROLLUP]] == [120]
+
+
+def test_a_saved_gpu_minute_with_counts_that_are_not_numbers_is_refused_by_name():
+    r, out = MinuteRollups(), Output()
+    r.add(decode(json.dumps(message(60, gpus=[gpu(0)])).encode()), out)
+    saved = json.loads(json.dumps(r.to_state()))
+    saved["gpus"]["GPU-0"]["samples"] = "three"
+    with pytest.raises(StateError, match="GPU minute of GPU-0"):
+        MinuteRollups.from_state(saved)

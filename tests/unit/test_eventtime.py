@@ -1,10 +1,12 @@
 import json
+import random
 
+import pytest
 from helpers import gpu, message
 
 from gpufleet.collectors.telemetry import parse
 from gpufleet.streams.decode import Strings, decode
-from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, HELD, LATE, Gate
+from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, HELD, LATE, Gate, Released
 
 
 def push(gate, ts, lateness=30.0, horizon=900.0, gpus=None, ref=None):
@@ -131,3 +133,42 @@ def test_released_times_out_of_order_after_a_drain_are_still_known_and_forgotten
     assert gate.released.times.tolist() == [115, 120] and 110 not in gate.released
     restored = Gate.from_state(gate.to_state())
     assert restored.released.times.tolist() == [115, 120] and 120 in restored.released
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_released_times_answer_as_a_sorted_list_of_floats_would(seed):
+    """Whole milliseconds (kept in 4 bytes), times behind the newest, forgetting, and a time that is not a whole
+    millisecond or lies weeks away (the store turns to doubles): membership, order and what is forgotten are
+    those of a plain sorted list, for the floats as given."""
+    rng = random.Random(seed)
+    released, ref = Released(), []
+    t = 1_767_225_600.0 + rng.randrange(1000) / 1000
+    odd_at = rng.choice((None, 150, 300))
+    for step in range(400):
+        batch = []
+        for _ in range(rng.randint(1, 3)):
+            t = round(t + rng.choice((1.0, 5.0, 0.001, 2.5)), 3)
+            batch.append(t)
+        if step == odd_at:
+            batch.append(rng.choice((t + 1e-4, t + 40 * 86_400.0)))     # not a whole ms, or 40 days on
+            t = batch[-1]
+        if rng.random() < 0.1 and ref:                     # after a drain: times behind the newest
+            batch = sorted({*batch, round(ref[-1] - rng.choice((0.5, 1.0)), 3)})
+        released.add(batch)
+        ref = sorted({*ref, *batch})
+        if rng.random() < 0.3:
+            cut = rng.choice((ref[len(ref) // 2], ref[-1] - 30.0004, ref[0] - 1.0, ref[-1] + 1.0))
+            released.forget_before(cut)
+            ref = [x for x in ref if x >= cut]
+        probes = [*rng.sample(ref, min(5, len(ref))), t + 0.0005, t - 0.001, float("inf"), float("nan")]
+        assert [p in released for p in probes] == [p in ref for p in probes]
+        assert released.times.tolist() == ref and len(released) == len(ref)
+    again = Released(released.times.tolist())
+    assert again.times.tolist() == ref and all(x in again for x in ref)
+    assert (released.secs is None) == (odd_at is None)       # doubles only once a time asked for them
+
+
+def test_released_whole_milliseconds_take_four_bytes_a_time():
+    released = Released()
+    released.add([1_767_225_600.0 + k for k in range(900)])      # a 15-minute horizon sampled every second
+    assert released.ms.itemsize == 4 and len(released) == 900 and released.secs is None

@@ -40,13 +40,14 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import pairwise
 from operator import sub
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 from gpufleet.streams.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
 from gpufleet.streams.output import Output
 
 from .base import (
     EPOCH_S,
+    NAN,
     POWER_CAP_BIT,
     Decider,
     Incident,
@@ -78,15 +79,81 @@ _SLOWDOWN = FEATURES.index("slowdown")
 
 
 class JobWindow(Window):
-    """One GPU's samples in a job's window (throttle reasons as doubles: exact to 2**53, far above NVML's
-    reasons)."""
+    """One GPU's samples in a job's window: time, utilization, clock and power (shares of the GPU's maximum) and
+    temperature in the window's array; the throttle reasons, which seldom change, as runs (a value, NaN where not
+    reported, and how many samples in a row had it: a double a sample held 480 bytes a GPU in a minute sampled
+    every second, a run 16, one or two a window). The columns read and saved are as before: ``COLUMNS``, the
+    throttle reasons as integers in saved state."""
 
-    __slots__ = ()
-    FIELDS = ("ts", "util", "clock", "power", "throttle", "temp")   # clock, power: shares of the GPU's maximum
-    INTS = frozenset({"throttle"})
+    __slots__ = ("throttle",)
+    FIELDS = ("ts", "util", "clock", "power", "temp")
+    COLUMNS = ("ts", "util", "clock", "power", "throttle", "temp")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.throttle: list = []              # value, count; two runs in a row differ in value
+
+    def append(self, ts: float, util: float | None, clock: float | None, power: float | None,  # type: ignore[override]
+               throttle: float | None, temp: float | None) -> None:
+        super().append(ts, util, clock, power, temp)
+        self._count(NAN if throttle is None else float(throttle))   # a double, as the array held it
+
+    def _throttles(self, i: int, j: int) -> list:
+        """The throttle reasons of samples ``i`` to ``j`` (past the last)."""
+        runs, out, first = self.throttle, [], 0
+        for r in range(0, len(runs), 2):
+            last = first + runs[r + 1]
+            if last > i and first < j:
+                out += [runs[r]] * (min(last, j) - max(first, i))
+            first = last
+        return out
+
+    def columns(self, i: int, j: int) -> list[list[float]]:
+        """Samples ``i`` to ``j`` (past the last), one list per field of ``COLUMNS``."""
+        ts, util, clock, power, temp = super().columns(i, j)
+        return [ts, util, clock, power, self._throttles(i, j), temp]
+
+    def drop_through(self, cutoff: float) -> int:
+        n = Window.drop_through(self, cutoff)
+        runs, left = self.throttle, n
+        while left:
+            if runs[1] > left:
+                runs[1] -= left
+                break
+            left -= runs[1]
+            del runs[:2]
+        return n
+
+    def to_state(self) -> dict:
+        saved = super().to_state()
+        ts, util, clock, power, temp = (saved[name] for name in self.FIELDS)
+        throttle = [None if v != v else int(v) for v in self._throttles(0, len(self))]
+        return {"ts": ts, "util": util, "clock": clock, "power": power, "throttle": throttle, "temp": temp}
+
+    @classmethod
+    def from_state(cls, state: dict, what: str) -> Self:
+        wrong = StateError(f"{what}: a saved window needs the columns {list(cls.COLUMNS)}")
+        try:
+            w = super().from_state(state, what)
+            throttle = state["throttle"]
+            if not isinstance(throttle, list) or len(throttle) != len(w):
+                raise wrong
+            for v in throttle:
+                w._count(NAN if v is None else float(v))
+        except (StateError, KeyError, TypeError, ValueError):
+            raise wrong from None
+        return w
+
+    def _count(self, v: float) -> None:
+        """One more sample's throttle reasons (NaN: not reported)."""
+        runs = self.throttle
+        if runs and (runs[-2] == v or (v != v and runs[-2] != runs[-2])):
+            runs[-1] += 1
+        else:
+            runs += (v, 1)
 
 
-W_THROTTLE = JobWindow.FIELDS.index("throttle")
+W_THROTTLE = JobWindow.COLUMNS.index("throttle")
 
 
 class Stats(NamedTuple):

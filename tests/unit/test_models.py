@@ -1,5 +1,6 @@
 """The detectors' features, the model artifact, the incident logic and the scoring rule."""
 import json
+import math
 import random
 
 import pytest
@@ -460,7 +461,7 @@ def test_a_window_gives_the_samples_of_a_span_and_saves_as_named_columns_with_no
     util = w.between(10.0, 20.0)[1]
     assert util[0] != util[0] and util[1] == 40.0
     saved = w.to_state()
-    assert saved == {name: [r[i] for r in rows] for i, name in enumerate(straggler.JobWindow.FIELDS)}
+    assert saved == {name: [r[i] for r in rows] for i, name in enumerate(straggler.JobWindow.COLUMNS)}
     assert all(type(b) is int for b in saved["throttle"] if b is not None)       # reasons stay integers
     again = straggler.JobWindow.from_state(json.loads(json.dumps(saved)), "straggler detector")
     assert again.to_state() == saved
@@ -547,3 +548,28 @@ def test_each_members_peer_medians_are_the_medians_of_the_others_to_the_last_bit
                     median([o.power for o in others if o.power == o.power]),
                     median([o.temp for o in others if o.temp == o.temp]), median([o.throttled for o in others]))
             assert [repr(v) for v in peers[name]] == [repr(v) for v in want], (name, stats)
+
+
+def test_the_straggler_window_keeps_throttle_reasons_as_runs_that_answer_as_a_column_per_sample_would():
+    """300 random histories (reasons that hold, change and go missing; samples forgotten from the front): every
+    column of any span, the saved state and its reload are those of a tuple kept per sample."""
+    rng = random.Random(5)
+    for _ in range(300):
+        w, rows, t = straggler.JobWindow(), [], 0.0
+        for _ in range(rng.randint(1, 40)):
+            t += rng.choice((1.0, 5.0))
+            row = (t, rng.choice((None, 50.0, 97.5)), 0.9, 0.8, rng.choice((0, 0, 0, 4, 0x20, None)), 60.0)
+            w.append(*row)
+            rows.append(row)
+            if rng.random() < 0.2:
+                cutoff = rng.uniform(rows[0][0] - 1, t - 1)
+                assert w.drop_through(cutoff) == sum(1 for r in rows if r[0] <= cutoff)
+                rows = [r for r in rows if r[0] > cutoff]
+        i = rng.randint(0, len(rows))
+        j = rng.randint(i, len(rows))
+        want = [[math.nan if v is None else float(v) for v in col] for col in zip(*rows[i:j])] or [[]] * 6
+        got = w.columns(i, j)
+        assert [[repr(v) for v in c] for c in got] == [[repr(v) for v in c] for c in want]
+        saved = json.loads(json.dumps(w.to_state()))
+        assert saved["throttle"] == [r[4] for r in rows] and list(saved) == list(straggler.JobWindow.COLUMNS)
+        assert straggler.JobWindow.from_state(saved, "straggler").to_state() == saved

@@ -254,6 +254,30 @@ class Window:
         return w
 
 
+def runs_of(runs: list, width: int, field: int, i: int, j: int) -> list:
+    """Samples ``i`` to ``j`` (past the last) of a field kept as runs: ``width`` values a run, the last of them
+    how many samples in a row the run holds; ``field`` is the value's place in a run."""
+    out: list = []
+    first = 0
+    for r in range(0, len(runs), width):
+        last = first + runs[r + width - 1]
+        if last > i and first < j:
+            out += [runs[r + field]] * (min(last, j) - max(first, i))
+        first = last
+    return out
+
+
+def forget_runs(runs: list, width: int, n: int) -> None:
+    """Forget the oldest ``n`` samples of runs of ``width`` values (the last a count), in place."""
+    count = width - 1
+    while n:
+        if runs[count] > n:
+            runs[count] -= n
+            return
+        n -= runs[count]
+        del runs[:width]
+
+
 def not_nan(values: Iterable[float]) -> list[float]:
     """The values that are known (not NaN)."""
     return [v for v in values if v == v]

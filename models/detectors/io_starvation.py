@@ -40,9 +40,11 @@ from .base import (
     Window,
     clip,
     event,
+    forget_runs,
     mean,
     minutes,
     not_nan,
+    runs_of,
     window_s,
 )
 
@@ -97,13 +99,7 @@ class GpuWindow(Window):
     def _expand(self, field: int, i: int, j: int) -> list:
         """Field ``field`` of the runs (0 job, 1 has_process, 2 gpu_index) for samples ``i`` to ``j`` (past the
         last)."""
-        runs, out, first = self.runs, [], 0
-        for r in range(0, len(runs), self.RUN):
-            last = first + runs[r + 3]
-            if last > i and first < j:
-                out += [runs[r + field]] * (min(last, j) - max(first, i))
-            first = last
-        return out
+        return runs_of(self.runs, self.RUN, field, i, j)
 
     @property
     def jobs(self) -> list[str | None]:
@@ -151,13 +147,7 @@ class GpuWindow(Window):
 
     def drop_through(self, cutoff: float) -> int:
         n = Window.drop_through(self, cutoff)
-        runs, left = self.runs, n
-        while left:
-            if runs[3] > left:
-                runs[3] -= left
-                break
-            left -= runs[3]
-            del runs[:self.RUN]
+        forget_runs(self.runs, self.RUN, n)
         return n
 
     def to_state(self) -> dict:

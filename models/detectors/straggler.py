@@ -57,9 +57,11 @@ from .base import (
     Window,
     clip,
     event,
+    forget_runs,
     known_mean,
     median,
     minutes,
+    runs_of,
     throttle_text,
     union,
     window_s,
@@ -100,13 +102,7 @@ class JobWindow(Window):
 
     def _throttles(self, i: int, j: int) -> list:
         """The throttle reasons of samples ``i`` to ``j`` (past the last)."""
-        runs, out, first = self.throttle, [], 0
-        for r in range(0, len(runs), 2):
-            last = first + runs[r + 1]
-            if last > i and first < j:
-                out += [runs[r]] * (min(last, j) - max(first, i))
-            first = last
-        return out
+        return runs_of(self.throttle, 2, 0, i, j)
 
     def columns(self, i: int, j: int) -> list[list[float]]:
         """Samples ``i`` to ``j`` (past the last), one list per field of ``COLUMNS``."""
@@ -115,13 +111,7 @@ class JobWindow(Window):
 
     def drop_through(self, cutoff: float) -> int:
         n = Window.drop_through(self, cutoff)
-        runs, left = self.throttle, n
-        while left:
-            if runs[1] > left:
-                runs[1] -= left
-                break
-            left -= runs[1]
-            del runs[:2]
+        forget_runs(self.throttle, 2, n)
         return n
 
     def to_state(self) -> dict:

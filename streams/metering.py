@@ -27,6 +27,7 @@ emits every record.
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -73,42 +74,82 @@ class Sample:
         return _ms(self.ts + self.interval)
 
 
-@dataclass(slots=True)
-class Record:
-    """One GPU's time in one billing period for one tenant and job, in milliseconds."""
+COUNTERS = ("interval_ms", "samples", "rented", "busy", "idle", "undecided", "estimated", "unbilled", "topup",
+            "util_sum", "util_ms", "busy_util_sum", "busy_util_ms", "open_util_sum", "open_util_ms")
+(INTERVAL_MS, SAMPLES, RENTED, BUSY, IDLE, UNDECIDED, ESTIMATED, UNBILLED, TOPUP, UTIL_SUM, UTIL_MS, BUSY_UTIL_SUM,
+ BUSY_UTIL_MS, OPEN_UTIL_SUM, OPEN_UTIL_MS) = range(len(COUNTERS))
+_ZEROS = array("q", bytes(8 * len(COUNTERS)))
 
-    period_start: int          # Unix seconds
-    tenant: str
-    job: str
-    pool: str | None
-    model: str | None
-    index: int
-    mig_profile: str | None
-    interval_ms: int = 0
-    samples: int = 0
-    rented: int = 0
-    busy: int = 0
-    idle: int = 0
-    undecided: int = 0         # in an idle run that has not reached the window yet
-    estimated: int = 0
-    unbilled: int = 0
-    topup: int = 0
-    util_sum: int = 0          # sum of util x ms over the time with a reading (thousandths of a percent x ms)
-    util_ms: int = 0
-    busy_util_sum: int = 0
-    busy_util_ms: int = 0
-    open_util_sum: int = 0     # of the undecided time
-    open_util_ms: int = 0
+
+class _Counter:
+    """A record's counter by name, in its array."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, name: str) -> None:
+        self.i = COUNTERS.index(name)
+
+    def __get__(self, rec: Record, owner: type | None = None) -> int:
+        return rec.c[self.i]
+
+    def __set__(self, rec: Record, value: int) -> None:
+        rec.c[self.i] = value
+
+
+class Record:
+    """One GPU's time in one billing period for one tenant and job, in milliseconds.
+
+    The counters (``COUNTERS``, read by name: ``rec.busy``) are kept in one array of 64-bit integers: fifteen
+    Python integers above 256 took 32 bytes each and a slot 8 more (a record held 530 bytes; 280 now). Utilization
+    is summed as thousandths of a percent x ms: 100,000 x a month of milliseconds is far inside 64 bits, and an
+    array refuses a value that is not (OverflowError) rather than wrap it.
+
+    - ``undecided``: in an idle run that has not reached the window yet;
+    - ``util_sum``, ``util_ms``: the sum of util x ms over the time with a reading, and that time; ``busy_*`` of
+      the busy time, ``open_*`` of the undecided time."""
+
+    __slots__ = ("period_start", "tenant", "job", "pool", "model", "index", "mig_profile", "c")
+
+    def __init__(self, period_start: int, tenant: str, job: str, pool: str | None, model: str | None, index: int,
+                 mig_profile: str | None) -> None:
+        self.period_start = period_start          # Unix seconds
+        self.tenant, self.job, self.pool, self.model, self.index = tenant, job, pool, model, index
+        self.mig_profile = mig_profile
+        self.c = array("q", _ZEROS)
+
+    interval_ms, samples, rented, busy, idle = (_Counter(n) for n in COUNTERS[:5])
+    undecided, estimated, unbilled, topup = (_Counter(n) for n in COUNTERS[5:9])
+    util_sum, util_ms, busy_util_sum, busy_util_ms, open_util_sum, open_util_ms = (_Counter(n) for n in COUNTERS[9:])
 
     def settle(self, idle: bool) -> None:
         """The idle run this record's undecided time belongs to is decided."""
+        c = self.c
         if idle:
-            self.idle += self.undecided
+            c[IDLE] += c[UNDECIDED]
         else:
-            self.busy += self.undecided
-            self.busy_util_sum += self.open_util_sum
-            self.busy_util_ms += self.open_util_ms
-        self.undecided = self.open_util_sum = self.open_util_ms = 0
+            c[BUSY] += c[UNDECIDED]
+            c[BUSY_UTIL_SUM] += c[OPEN_UTIL_SUM]
+            c[BUSY_UTIL_MS] += c[OPEN_UTIL_MS]
+        c[UNDECIDED] = c[OPEN_UTIL_SUM] = c[OPEN_UTIL_MS] = 0
+
+    def to_state(self) -> dict:
+        return {"period_start": self.period_start, "tenant": self.tenant, "job": self.job, "pool": self.pool,
+                "model": self.model, "index": self.index, "mig_profile": self.mig_profile,
+                **dict(zip(COUNTERS, self.c.tolist()))}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Record:
+        names = (*cls.__slots__[:-1], *COUNTERS)
+        missing = [n for n in names if n not in state]
+        unknown = [k for k in state if k not in names]
+        if missing or unknown:
+            raise StateError(f"billing record: saved state lacks {missing} or has unknown fields {unknown}")
+        rec = cls(*(state[n] for n in cls.__slots__[:-1]))
+        try:
+            rec.c = array("q", [state[n] for n in COUNTERS])
+        except (TypeError, OverflowError):
+            raise StateError(f"billing record: saved counters {COUNTERS} must be 64-bit integers") from None
+        return rec
 
 
 class GpuMeter:
@@ -126,14 +167,14 @@ class GpuMeter:
     def resolve(self) -> None:
         """The open idle run ended (or reached the window): its held time becomes idle or busy."""
         for rec in self.records:
-            if rec.undecided:
+            if rec.c[UNDECIDED]:
                 rec.settle(self.run_idle)
         self.run_start, self.run_idle = None, False
 
     def to_state(self) -> dict:
         return {"pending": None if self.pending is None else save_fields(self.pending), "run_start": self.run_start,
                 "run_idle": self.run_idle, "rental_ms": self.rental_ms,
-                "records": [save_fields(r) for r in self.records]}
+                "records": [r.to_state() for r in self.records]}
 
     @classmethod
     def from_state(cls, state: dict) -> GpuMeter:
@@ -142,7 +183,7 @@ class GpuMeter:
             pending = state["pending"]
             m.pending = None if pending is None else load_fields(Sample, pending, "metered sample")
             m.run_start, m.run_idle, m.rental_ms = state["run_start"], state["run_idle"], state["rental_ms"]
-            m.records = [load_fields(Record, r, "billing record") for r in state["records"]]
+            m.records = [Record.from_state(r) for r in state["records"]]
         except KeyError as err:
             raise StateError(f"GPU meter: saved state lacks {err}") from None
         return m
@@ -266,35 +307,35 @@ class Metering:
             p = lo - lo % period
             cut = hi if hi <= p + period else p + period
             ms = cut - lo
-            rec = m.record(p // 1000, tenant, job) or self._open(m, p, a, period)
+            c = (m.record(p // 1000, tenant, job) or self._open(m, p, a, period)).c
             if count:
-                rec.samples += 1
+                c[SAMPLES] += 1
                 count = False
-            rec.rented += ms
-            rec.interval_ms = interval_ms
+            c[RENTED] += ms
+            c[INTERVAL_MS] = interval_ms
             m.rental_ms += ms
             if estimated:
-                rec.estimated += ms
+                c[ESTIMATED] += ms
             if util is not None:
                 weighted = util * ms
-                rec.util_sum += weighted
-                rec.util_ms += ms
+                c[UTIL_SUM] += weighted
+                c[UTIL_MS] += ms
                 if idle:
-                    rec.idle += ms
+                    c[IDLE] += ms
                 elif in_run:
-                    rec.undecided += ms
-                    rec.open_util_sum += weighted
-                    rec.open_util_ms += ms
+                    c[UNDECIDED] += ms
+                    c[OPEN_UTIL_SUM] += weighted
+                    c[OPEN_UTIL_MS] += ms
                 else:
-                    rec.busy += ms
-                    rec.busy_util_sum += weighted
-                    rec.busy_util_ms += ms
+                    c[BUSY] += ms
+                    c[BUSY_UTIL_SUM] += weighted
+                    c[BUSY_UTIL_MS] += ms
             elif idle:
-                rec.idle += ms
+                c[IDLE] += ms
             elif in_run:
-                rec.undecided += ms
+                c[UNDECIDED] += ms
             else:
-                rec.busy += ms
+                c[BUSY] += ms
             lo = cut
 
     def _unbilled(self, m: GpuMeter, a: Sample, lo: int, hi: int, period: int) -> None:

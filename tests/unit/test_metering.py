@@ -252,3 +252,23 @@ def test_a_node_restored_mid_run_from_its_saved_state_bills_what_the_running_one
             second.submit(m, str(i))
         second.flush()
         assert bills(first) + bills(second) == bills(whole), cut
+
+
+def test_a_saved_billing_record_keeps_its_fields_by_name_and_counters_that_are_not_integers_are_refused():
+    from gpufleet.streams.metering import COUNTERS, Record
+    from gpufleet.streams.state import StateError
+
+    rec = Record(1_796_083_200, "acme", "train-1", "pool-a", "H100", 3, None)
+    rec.rented, rec.util_sum = 3_600_000, 100_000 * 3_600_000
+    rec.settle(idle=False)
+    saved = json.loads(json.dumps(rec.to_state()))
+    assert saved["rented"] == 3_600_000 and saved["util_sum"] == 360_000_000_000 and saved["index"] == 3
+    assert sorted(saved) == sorted(["period_start", "tenant", "job", "pool", "model", "index", "mig_profile",
+                                    *COUNTERS])
+    assert Record.from_state(saved).to_state() == saved
+    with pytest.raises(StateError, match="64-bit integers"):
+        Record.from_state({**saved, "busy": 1.5})
+    with pytest.raises(StateError, match=r"lacks \['topup'\]"):
+        Record.from_state({k: v for k, v in saved.items() if k != "topup"})
+    with pytest.raises(OverflowError):          # never wraps around
+        rec.util_sum += 2**63

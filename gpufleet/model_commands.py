@@ -36,7 +36,7 @@ def _baseline_report(rec: Recording, kind_rule) -> evaluate.Report:
         rows = rec.rows[kind]
         if not rows:
             continue
-        fired += incidents(kind, rows, Tuning(0.5, 2, 6), positive=kind_rule(kind, rows))
+        fired += incidents(kind, rows, Tuning(0.5, 2, 6), positive=kind_rule(kind, rows), precedence=False)
     return evaluate.score(rec.labels, fired, rec.gpu_hours)
 
 

@@ -182,12 +182,13 @@ class Tuning:
 def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> list[bool]:
     """Each recorded window's decision, by the detector's own ``decide`` (the stream's very rule)."""
     m = module(kind)
-    if kind != "straggler":
+    group = getattr(m, "EPOCH", None)           # "job" or "node": the detector decides an epoch of it at once
+    if group is None:
         return [m.decide(x, score, decider) for (_, _, x, _), score in zip(rows, scores)]
     out = [False] * len(rows)
-    epochs: dict[tuple, list[int]] = {}          # a straggler epoch is decided job by job
+    epochs: dict[tuple, list[int]] = {}
     for i, (_, ts, _, info) in enumerate(rows):
-        epochs.setdefault((info["job"], ts), []).append(i)
+        epochs.setdefault((info[group], ts), []).append(i)
     for idx in epochs.values():
         decided = m.decide([(rows[i][0], rows[i][2], rows[i][3], scores[i]) for i in idx], decider)
         for i, p in zip(idx, decided):
@@ -204,10 +205,12 @@ def urgents(kind: str, rows: list[tuple], scores: list[float], decider) -> list[
 
 
 def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None = None,
-              positive: list[bool] | None = None, urgent: list[bool] | None = None) -> list[dict]:
+              positive: list[bool] | None = None, urgent: list[bool] | None = None,
+              precedence: bool = True) -> list[dict]:
     """Replay recorded windows through the stream's decision and urgency (or the ``positive`` and ``urgent``
     given: the decisions already made, or a baseline's, never urgent) and its incident tracker: the firing
-    alerts."""
+    alerts. ``precedence``: the detector's own rule between the incidents of one node (``held_back``, where
+    it has one); off for a baseline's rule."""
     tracker, out = Incidents(), Output()
 
     def describe(status: str, info: dict, st, resolved_at) -> dict:
@@ -219,7 +222,10 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
         positive, urgent = positives(kind, rows, scores, decider), urgents(kind, rows, scores, decider)
     elif urgent is None:
         urgent = [False] * len(rows)
+    held_back = getattr(module(kind), "held_back", None) if precedence else None
     for (key, ts, _x, info), p, u in zip(rows, positive, urgent):
+        if p and held_back is not None and held_back(key, info["node"], tracker):
+            p = False
         tracker.observe(key, p, ts, decider, info, out, describe, urgent=u)
     fired = [e for e in out.events if e["status"] == "firing"]
     for e in fired:                               # ids unique per incident, as alert ids are

@@ -19,7 +19,12 @@ features and its usual work read only its own samples: a GPU handed from another
 brings none of that job's work with it.
 
 Precedence: GPUs whose process just restarted (memory_leak.RESTART_QUIET_S) are left out: a restart is
-not a starvation. A job is judged only while its GPUs hold a process.
+not a starvation. A job is judged only while its GPUs hold a process. The node's input paths are shared by
+its jobs: when several are judged starved in one epoch, the host's signals are blamed on those whose GPUs
+fell furthest from their usual work; a job that fell less than half as far (``SHARED_DROP_SHARE``), such as
+a notebook or a service following the saturated host beside a starved job, is not paged (``decide``); and
+while a job's starvation incident is open on the node, another job of the node is held back (``held_back``):
+one incident for the node's input path, not one more for each job that slows beside it.
 """
 from __future__ import annotations
 
@@ -61,6 +66,8 @@ FEATURES = ("util_mean", "util_low_frac", "util_spread", "iowait", "disk_read_gb
             "host_known", "util_drop", "drop_while_fetching")
 USUAL_TAU_S = 3600.0
 DROP_MIN = 0.10              # 10 points of utilization below the usual
+SHARED_DROP_SHARE = 0.5      # beside a starved job of the node, a job that fell less than half as far is not paged
+EPOCH = "node"               # decide() takes one node's epoch: every job judged on the node at once
 NET_SCALE = 1.0e9            # bytes/s of host network receive that count as "a lot"
 DISK_SCALE = 1.0e9
 
@@ -203,6 +210,9 @@ def features(util: Sequence[float], has_process: Sequence[float], host: Sequence
             drop * max(paths)]
 
 
+_DROP = FEATURES.index("util_drop")
+
+
 def applies(x: list[float]) -> bool:
     """Judged while the job's GPUs hold a process and have fallen at least DROP_MIN below their usual work,
     on a node that reports its host's metrics (without them an idle GPU says nothing about its input). The
@@ -312,19 +322,22 @@ class Detector:
                                                mean(job_usual[job]) if job in job_usual else None))
                   for job, (utils, has_process, indices) in sorted(by_job.items())]
         scores = decider.score_many([x for _, _, x in judged])
+        epoch = []
         for (job, gpus, x), score in zip(judged, scores):
             target = f"{node}/{job}"
-            key = f"{KIND}:{target}"
-            seen.add(key)
             path, also = cause(x)
             f = dict(zip(FEATURES, x))
             info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
                     "gpus": gpus, "util": f["util_mean"] * 100,
                     "iowait": f["iowait"] * 100, "disk": f["disk_read_gbps"], "net": f["net_rx_gbps"],
                     "cpu": f["host_cpu"] * 100, "cause": path, "also_seen": also, "target": target}
+            epoch.append((f"{KIND}:{target}", x, info, score))
+        for (key, x, info, _), positive in zip(epoch, decide(epoch, decider)):
+            seen.add(key)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
-            self.incidents.observe(key, decide(x, score, decider), at, decider, info, out, describe)
+            positive = positive and not held_back(key, node, self.incidents)
+            self.incidents.observe(key, positive, at, decider, info, out, describe)
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
                 self.incidents.observe(key, False, at, decider, {}, out, describe)
@@ -353,8 +366,25 @@ class Detector:
         return d
 
 
-def decide(x: list[float], score: float, decider: Decider) -> bool:
-    return applies(x) and score >= decider.threshold
+def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:
+    """One epoch of one node, every job judged on it: ``(key, features, info, score)`` each. A job is starved
+    where the question applies and its score passes the threshold, unless another job of the node, starved in
+    the same epoch, fell more than twice as far below its usual work (``SHARED_DROP_SHARE``): the host's input
+    paths are the node's, and the job that fell furthest is the one that waits for them. Training replays
+    recorded epochs through this same function."""
+    judged = [applies(x) and score >= decider.threshold for _, x, _, score in scored]
+    furthest = max((x[_DROP] for (_, x, _, _), j in zip(scored, judged) if j), default=0.0)
+    return [j and x[_DROP] >= SHARED_DROP_SHARE * furthest for (_, x, _, _), j in zip(scored, judged)]
+
+
+def held_back(key: str, node: str, incidents: Incidents) -> bool:
+    """A job not paged yet, while another job's starvation incident is open on its node: the node's input path
+    is paged already (a job beside a starved one slows with the host; it does not wait for input of its own).
+    Training replays its incidents through this same rule."""
+    if incidents.is_open(key):
+        return False
+    prefix = f"{KIND}:{node}/"
+    return any(k != key and k.startswith(prefix) and incidents.is_open(k) for k in incidents.by_key)
 
 
 def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:

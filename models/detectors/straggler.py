@@ -68,6 +68,7 @@ from .base import (
 )
 
 KIND = "straggler"
+EPOCH = "job"                # decide() takes one job's epoch: every GPU and node of the job at once
 STAGE = "job"
 LEVEL = "gpu"
 FEATURES = ("clock_deficit", "util_behind", "util_ahead", "power_deficit", "throttle_frac", "throttle_excess",

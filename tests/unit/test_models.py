@@ -9,6 +9,7 @@ from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
 from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
 from gpufleet.models.detectors.base import Incidents, StateError
+from gpufleet.models.train import incidents, positives
 from gpufleet.streams.output import Output
 
 
@@ -222,6 +223,48 @@ def test_io_features_read_the_waiting_on_each_input_path():
     assert io_starvation.cause(cpu)[0] == "host cpu" and fx(cpu, "idle_while_cpu_bound", io_starvation) > 0.7
     assert max(fx(healthy, n, io_starvation) for n in ("idle_while_waiting", "idle_while_reading",
                                                        "idle_while_receiving", "idle_while_cpu_bound")) < 0.05
+
+
+def test_beside_a_starved_job_a_job_of_the_node_that_fell_less_than_half_as_far_is_not_paged():
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+
+    def host(cpu=97.0):
+        w = io_starvation.HostWindow()
+        for i in range(12):
+            w.append(float(i), 1.0, 2e7, 1e7, cpu)
+        return w.between(-1.0, 12.0)
+
+    served = io_starvation.features([6.0] * 12, [1.0] * 12, host(), usual=62.0)      # fell 56 points
+    notebook = io_starvation.features([9.0] * 12, [1.0] * 12, host(), usual=31.0)    # fell 22: follows the host
+    other = io_starvation.features([12.0] * 12, [1.0] * 12, host(), usual=45.0)      # fell 33: starved too
+    quiet = io_starvation.features([40.0] * 12, [1.0] * 12, host(), usual=44.0)      # fell 4: not judged
+    assert all(io_starvation.applies(x) for x in (served, notebook, other)) and not io_starvation.applies(quiet)
+    epoch = [(f"k{i}", x, {"node": "n1"}, 0.99) for i, x in enumerate((served, notebook, other, quiet))]
+    assert io_starvation.decide(epoch, decider) == [True, False, True, False]
+    assert io_starvation.decide(epoch[1:2], decider) == [True]          # alone on its node, it is judged as ever
+    assert io_starvation.decide([(k, x, i, 0.2) if k == "k0" else (k, x, i, s) for k, x, i, s in epoch],
+                                decider) == [False, True, True, False]  # the furthest must itself be starved
+    # training replays recorded epochs through the same rule, grouped by node and time
+    rows = [(k, 30.0, x, i) for k, x, i, _ in epoch] + [("k9", 60.0, notebook, {"node": "n1"})]
+    assert positives("io_starvation", rows, [0.99] * 5, decider) == [True, False, True, False, True]
+
+
+def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_back():
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    a, b, c = ("io_starvation:n1/infer-1", "io_starvation:n1/nb-2", "io_starvation:n2/nb-3")
+    rows = [(key, ts, [], {"node": key.split(":")[1].split("/")[0], "job": key.split("/")[1]})
+            for ts, key in ((30, a), (60, a), (60, b), (60, c), (90, b), (120, a), (120, b))]
+    #        a starved at 30 and 60, not at 120; b at 60, 90 and 120; c (another node) at 60
+    positive = [True, True, True, True, True, False, True]
+    fired = incidents("io_starvation", rows, decider, positive=positive, urgent=[False] * len(rows))
+    assert [(e["job"], e["detected_at"]) for e in fired] == [("infer-1", 30), ("nb-3", 60), ("nb-2", 120)]
+    plain = incidents("io_starvation", rows, decider, positive=positive, urgent=[False] * len(rows),
+                      precedence=False)       # a baseline's rule knows nothing of it
+    assert [(e["job"], e["detected_at"]) for e in plain] == [("infer-1", 30), ("nb-2", 60), ("nb-3", 60)]
+    open_a = Incidents()
+    open_a.observe(a, True, 30.0, decider, {}, Output(), lambda *args: {})
+    assert io_starvation.held_back(b, "n1", open_a) and not io_starvation.held_back(a, "n1", open_a)
+    assert not io_starvation.held_back(c, "n2", open_a)
 
 
 def test_every_detector_is_one_module_in_the_registry():

@@ -30,7 +30,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import mul
 
 import numpy as np
@@ -64,13 +64,75 @@ RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other 
 CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical, and a window may be urgent
 
 
+_WHOLE = 2.0 ** 53           # a double holds every whole number below this exactly
+_STEP = 2 ** 31              # a step of a 32-bit integer
+
+
+class Peaks:
+    """A GPU's per-minute memory peaks, oldest first: the oldest as a double, each next one as its step from the
+    one before in a 32-bit integer (4 bytes a minute instead of 8; memory is counted in whole bytes, and a minute
+    seldom moves 2 GiB). A peak that is not a whole number below 2**53, or a step beyond 32 bits, turns the GPU's
+    peaks into doubles for good (until its process restarts). Every peak reads back as the float it came as."""
+
+    __slots__ = ("first", "steps", "values")
+
+    def __init__(self, values: Sequence[float] = ()) -> None:
+        self.first: float | None = None          # the oldest peak, while steps are kept
+        self.steps = array("i")
+        self.values: array | None = None         # the peaks as doubles, once steps cannot hold them
+        for v in values:
+            self.append(v)
+
+    def append(self, v: float) -> None:
+        if self.values is None:
+            whole = (type(v) is int or v.is_integer()) and -_WHOLE < v < _WHOLE
+            if self.first is None and whole:
+                self.first = float(v)
+                return
+            if whole:
+                step = int(v - self.last())
+                if -_STEP <= step < _STEP:
+                    self.steps.append(step)
+                    return
+            self.values, self.first, self.steps = self.doubles(), None, array("i")
+        self.values.append(v)
+
+    def keep(self, n: int) -> None:
+        """Forget all but the newest ``n``."""
+        if self.values is not None:
+            del self.values[:-n]
+        elif (k := len(self) - n) > 0:
+            assert self.first is not None
+            self.first += sum(self.steps[:k])
+            del self.steps[:k]
+
+    def doubles(self) -> array:
+        """Every peak, oldest first, as doubles."""
+        if self.values is not None:
+            return self.values
+        if self.first is None:
+            return array("d")
+        return array("d", accumulate(self.steps, initial=self.first))
+
+    def last(self) -> float:
+        if self.values is not None:
+            return self.values[-1]
+        assert self.first is not None
+        return self.first + sum(self.steps)
+
+    def __len__(self) -> int:
+        if self.values is not None:
+            return len(self.values)
+        return 0 if self.first is None else 1 + len(self.steps)
+
+
 @dataclass(slots=True)
 class MemoryTrack:
     """One GPU's memory, per minute, since its current process started."""
 
     minute: int                     # the minute being filled
     peak: float                     # the highest value of that minute so far
-    minutes: array                  # the last HISTORY_MINUTES complete minutes' peaks, oldest first (doubles)
+    minutes: Peaks                  # the last HISTORY_MINUTES complete minutes' peaks, oldest first
     loads: array                    # the same minutes' mean utilization, doubles (a KV cache follows the load)
     util_sum: float                 # utilization summed over the minute being filled
     util_n: int
@@ -80,14 +142,14 @@ class MemoryTrack:
     restarted_at: float | None = None   # ts this process replaced another one
 
     def to_state(self) -> dict:
-        return {**save_fields(self), "minutes": self.minutes.tolist(), "loads": self.loads.tolist()}
+        return {**save_fields(self), "minutes": self.minutes.doubles().tolist(), "loads": self.loads.tolist()}
 
     @classmethod
     def from_state(cls, state: dict) -> MemoryTrack:
         m = load_fields(cls, state, "memory track")
         try:
-            m.minutes, m.loads = array("d", m.minutes), array("d", m.loads)
-        except TypeError:
+            m.minutes, m.loads = Peaks(state["minutes"]), array("d", state["loads"])
+        except (TypeError, AttributeError):
             raise StateError("memory track: saved minutes and loads must be lists of numbers") from None
         return m
 
@@ -288,7 +350,8 @@ class Detector:
         for g in msg.gpus:
             self._sample(msg, g, due)
         if due:
-            xs = features_many([None if m is None else (m.minutes, m.total, age, m.loads) for _, m, age, *_ in due])
+            xs = features_many([None if m is None else (m.minutes.doubles(), m.total, age, m.loads)
+                                for _, m, age, *_ in due])
             self._evaluate(msg, [(g, x, pid, used, total) for (g, _, _, pid, used, total), x in zip(due, xs)],
                            decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
@@ -301,16 +364,16 @@ class Detector:
         m = self.tracks.get(g.uuid)
         if m is None or m.pid != pid:                 # a new process: its memory history starts again
             restarted = ts if m is not None and m.pid is not None and pid is not None else None
-            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, array("d"), array("d"), 0.0, 0, pid, ts,
+            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, Peaks(), array("d"), 0.0, 0, pid, ts,
                                                   g.mem_total_bytes, restarted)
         elif minute > m.minute:
             m.minutes.append(m.peak)
             m.loads.append(m.util_sum / m.util_n if m.util_n else 0.0)
-            del m.minutes[:-HISTORY_MINUTES]
+            m.minutes.keep(HISTORY_MINUTES)
             del m.loads[:-HISTORY_MINUTES]
             m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
             # judged below with the other GPUs whose minute closed: (gpu, track or None, age in minutes, ...)
-            due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / 60.0, m.pid, m.minutes[-1],
+            due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / 60.0, m.pid, m.minutes.last(),
                         m.total))
         m.peak = max(m.peak, g.mem_used_bytes)
         if g.util_pct is not None:

@@ -2,6 +2,7 @@
 import json
 import math
 import random
+from array import array
 
 import pytest
 
@@ -616,3 +617,36 @@ def test_the_straggler_window_keeps_throttle_reasons_as_runs_that_answer_as_a_co
         saved = json.loads(json.dumps(w.to_state()))
         assert saved["throttle"] == [r[4] for r in rows] and list(saved) == list(straggler.JobWindow.COLUMNS)
         assert straggler.JobWindow.from_state(saved, "straggler").to_state() == saved
+
+
+def test_a_gpus_peaks_read_back_exactly_as_they_came_whether_kept_as_steps_or_as_doubles():
+    rng = random.Random(15)
+    for trial in range(300):
+        peaks, plain = memory_leak.Peaks(), []
+        level = float(rng.choice([0, 5e8, 7.9e10, 2**52]))
+        for _ in range(rng.randint(0, 140)):
+            r = rng.random()
+            if r < 0.01:
+                v = level + 0.5                                 # not a whole number of bytes
+            elif r < 0.02:
+                v = level + rng.choice([2.0**31, -(2.0**31) - 1, 2.0**31 - 1, -(2.0**31)])   # at and past 32 bits
+            elif r < 0.025:
+                v = 2.0**53 + 2                                 # past what a double holds exactly
+            else:
+                v = max(0.0, level + float(rng.randint(-3 * 2**20, 9 * 2**20)))
+            level = v if v < 2**53 else level
+            peaks.append(v)
+            plain.append(v)
+            if rng.random() < 0.7:
+                peaks.keep(memory_leak.HISTORY_MINUTES)
+                del plain[:-memory_leak.HISTORY_MINUTES]
+            got = peaks.doubles()
+            assert len(peaks) == len(plain) and list(got) == plain and all(type(x) is float for x in got.tolist())
+            assert peaks.last() == plain[-1]
+        again = memory_leak.Peaks(json.loads(json.dumps(peaks.doubles().tolist())))
+        assert again.doubles().tolist() == plain, trial
+    steps = memory_leak.Peaks([5e8, 5e8 + 2**20, 5e8 + 2**21])
+    assert steps.values is None and steps.steps.itemsize == 4       # whole bytes: 4 bytes a minute
+    with pytest.raises(StateError, match="lists of numbers"):
+        memory_leak.MemoryTrack.from_state({**memory_leak.MemoryTrack(1, 5.0, steps, array("d", [1.0] * 3), 0.0, 0,
+                                                                      None, 0.0, 8e10).to_state(), "minutes": ["a"]})

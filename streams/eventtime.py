@@ -77,11 +77,7 @@ class Released:
         self.secs: array | None = None         # the times as doubles, sorted, once one is not whole milliseconds
         ordered = sorted(times)
         if ordered:
-            self.base = round(ordered[0] * 1000)
-            if not self._fits(ordered):
-                self.base, self.secs = None, array("d", ordered)
-            else:
-                self.ms = array("i", [round(t * 1000) - self.base for t in ordered])
+            self.add(ordered)
 
     def _offset(self, ts: float) -> int | None:
         """``ts`` as milliseconds after base, when it is exactly that (None otherwise)."""
@@ -93,9 +89,6 @@ class Released:
             return None
         k -= self.base
         return k if -_INT32 <= k < _INT32 else None
-
-    def _fits(self, times) -> bool:
-        return all(self._offset(t) is not None for t in times)
 
     @property
     def times(self) -> array:

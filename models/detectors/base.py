@@ -254,6 +254,16 @@ class Window:
         return w
 
 
+def add_run(runs: list, *values) -> None:
+    """One more sample of fields kept as runs (the values, then how many samples in a row had them): the newest
+    run grows when it holds the same values, else a new run starts. Values compare as lists do, by identity
+    first: a missing value kept as the one ``NAN`` counts as equal to itself."""
+    if runs and runs[-len(values) - 1:-1] == [*values]:
+        runs[-1] += 1
+    else:
+        runs += (*values, 1)
+
+
 def runs_of(runs: list, width: int, field: int, i: int, j: int) -> list:
     """Samples ``i`` to ``j`` (past the last) of a field kept as runs: ``width`` values a run, the last of them
     how many samples in a row the run holds; ``field`` is the value's place in a run."""
@@ -294,5 +304,5 @@ def known_mean(values: list[float]) -> float:
 
 
 __all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Incident", "Incidents", "event", "minutes", "median", "mean",
-           "Window", "not_nan", "known_mean", "NAN", "save_fields", "load_fields", "StateError", "throttle_text",
-           "union", "window_s", "finite", "clip", "POWER_CAP_BIT"]
+           "Window", "add_run", "runs_of", "forget_runs", "not_nan", "known_mean", "NAN", "save_fields", "load_fields",
+           "StateError", "throttle_text", "union", "window_s", "finite", "clip", "POWER_CAP_BIT"]

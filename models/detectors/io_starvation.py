@@ -43,6 +43,7 @@ from .base import (
     Recorder,
     StateError,
     Window,
+    add_run,
     clip,
     event,
     forget_runs,
@@ -92,16 +93,9 @@ class GpuWindow(Window):
             cutoff: float) -> None:
         """One sample, and forget those at or before ``cutoff``."""
         self.data.extend((ts, NAN if util is None else util))
-        self._count(job, has_process, gpu_index)
+        add_run(self.runs, job, has_process, gpu_index)
         if self.data[0] <= cutoff:
             self.drop_through(cutoff)
-
-    def _count(self, job: str | None, has_process: float, gpu_index: int) -> None:
-        runs = self.runs
-        if runs and runs[-4] == job and runs[-3] == has_process and runs[-2] == gpu_index:
-            runs[-1] += 1
-        else:
-            runs += (job, has_process, gpu_index, 1)
 
     def _expand(self, field: int, i: int, j: int) -> list:
         """Field ``field`` of the runs (0 job, 1 has_process, 2 gpu_index) for samples ``i`` to ``j`` (past the
@@ -176,7 +170,7 @@ class GpuWindow(Window):
                 not all(type(v) in (int, float) for c in (has_process, index) for v in c):
             raise wrong
         for job, p, i in zip(jobs, has_process, index):
-            w._count(job, float(p), int(i))
+            add_run(w.runs, job, float(p), int(i))
         return w
 
 

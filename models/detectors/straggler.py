@@ -55,6 +55,7 @@ from .base import (
     Recorder,
     StateError,
     Window,
+    add_run,
     clip,
     event,
     forget_runs,
@@ -99,7 +100,7 @@ class JobWindow(Window):
     def append(self, ts: float, util: float | None, clock: float | None, power: float | None,  # type: ignore[override]
                throttle: float | None, temp: float | None) -> None:
         super().append(ts, util, clock, power, temp)
-        self._count(NAN if throttle is None else float(throttle))   # a double, as the array held it
+        add_run(self.throttle, NAN if throttle is None else float(throttle))   # a double, as the array held it
 
     def _throttles(self, i: int, j: int) -> list:
         """The throttle reasons of samples ``i`` to ``j`` (past the last)."""
@@ -130,18 +131,10 @@ class JobWindow(Window):
             if not isinstance(throttle, list) or len(throttle) != len(w):
                 raise wrong
             for v in throttle:
-                w._count(NAN if v is None else float(v))
+                add_run(w.throttle, NAN if v is None else float(v))
         except (StateError, KeyError, TypeError, ValueError):
             raise wrong from None
         return w
-
-    def _count(self, v: float) -> None:
-        """One more sample's throttle reasons (NaN: not reported)."""
-        runs = self.throttle
-        if runs and (runs[-2] == v or (v != v and runs[-2] != runs[-2])):
-            runs[-1] += 1
-        else:
-            runs += (v, 1)
 
 
 W_THROTTLE = JobWindow.COLUMNS.index("throttle")

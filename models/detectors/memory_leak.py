@@ -69,61 +69,73 @@ _STEP = 2 ** 31              # a step of a 32-bit integer
 
 
 class Peaks:
-    """A GPU's per-minute memory peaks, oldest first: the oldest as a double, each next one as its step from the
-    one before in a 32-bit integer (4 bytes a minute instead of 8; memory is counted in whole bytes, and a minute
-    seldom moves 2 GiB). A peak that is not a whole number below 2**53, or a step beyond 32 bits, turns the GPU's
-    peaks into doubles for good (until its process restarts). Every peak reads back as the float it came as."""
+    """A GPU's per-minute memory peaks, oldest first, in two parts: a head of doubles (none, usually), then a
+    tail of the oldest of the rest as a double and each next one as its step from the one before in a 32-bit
+    integer (4 bytes a minute instead of 8; memory is counted in whole bytes). A peak that is not a whole number
+    below 2**53 goes to the head, and one a step beyond 32 bits from the one before (a process loading its model
+    can take tens of GiB in a minute) starts the tail again: the tail before it moves to the head, which so holds
+    only minutes from the last such peak back and empties as they are forgotten. Every peak reads back as the
+    float it came as."""
 
-    __slots__ = ("first", "steps", "values")
+    __slots__ = ("head", "first", "steps")
 
     def __init__(self, values: Sequence[float] = ()) -> None:
-        self.first: float | None = None          # the oldest peak, while steps are kept
+        self.head: array | None = None           # doubles, while a peak steps could not hold is kept
+        self.first: float | None = None          # the tail's oldest peak (None: no tail)
         self.steps = array("i")
-        self.values: array | None = None         # the peaks as doubles, once steps cannot hold them
         for v in values:
             self.append(v)
 
     def append(self, v: float) -> None:
-        if self.values is None:
-            whole = (type(v) is int or v.is_integer()) and -_WHOLE < v < _WHOLE
-            if self.first is None and whole:
-                self.first = float(v)
-                return
+        whole = (type(v) is int or v.is_integer()) and -_WHOLE < v < _WHOLE
+        if self.first is not None:
             if whole:
-                step = int(v - self.last())
+                step = int(v - self.first - sum(self.steps))
                 if -_STEP <= step < _STEP:
                     self.steps.append(step)
                     return
-            self.values, self.first, self.steps = self.doubles(), None, array("i")
-        self.values.append(v)
+            self.head = self.doubles()           # the tail moves to the head
+            self.first, self.steps = None, array("i")
+        if whole:
+            self.first = float(v)
+        elif self.head is None:
+            self.head = array("d", [v])
+        else:
+            self.head.append(v)
 
     def keep(self, n: int) -> None:
         """Forget all but the newest ``n``."""
-        if self.values is not None:
-            del self.values[:-n]
-        elif (k := len(self) - n) > 0:
-            assert self.first is not None
-            self.first += sum(self.steps[:k])
-            del self.steps[:k]
+        k = len(self) - n
+        if k <= 0:
+            return
+        if self.head is not None:
+            h = len(self.head)
+            if k < h:
+                del self.head[:k]
+                return
+            self.head, k = None, k - h
+        if k and self.first is not None:
+            if k > len(self.steps):
+                self.first, self.steps = None, array("i")
+            else:
+                self.first += sum(self.steps[:k])
+                del self.steps[:k]
 
     def doubles(self) -> array:
         """Every peak, oldest first, as doubles."""
-        if self.values is not None:
-            return self.values
-        if self.first is None:
-            return array("d")
-        return array("d", accumulate(self.steps, initial=self.first))
+        out = array("d") if self.head is None else array("d", self.head)
+        if self.first is not None:
+            out.extend(accumulate(self.steps, initial=self.first))
+        return out
 
     def last(self) -> float:
-        if self.values is not None:
-            return self.values[-1]
-        assert self.first is not None
-        return self.first + sum(self.steps)
+        if self.first is not None:
+            return self.first + sum(self.steps)
+        assert self.head is not None
+        return self.head[-1]
 
     def __len__(self) -> int:
-        if self.values is not None:
-            return len(self.values)
-        return 0 if self.first is None else 1 + len(self.steps)
+        return (0 if self.head is None else len(self.head)) + (0 if self.first is None else 1 + len(self.steps))
 
 
 @dataclass(slots=True)

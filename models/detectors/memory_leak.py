@@ -59,6 +59,7 @@ FEATURES = ("slope_10", "slope_30", "slope_60", "steady_30", "steady_60", "r2_30
             "drawdown_30", "headroom", "minutes_to_oom", "age", "span", "load_corr_30", "load_trend_30",
             "trend_30", "trend_60")
 HISTORY_MINUTES = 61
+LOAD_MINUTES = 31            # the loads the features read: the last 30 minutes' (as ``last30`` of the peaks)
 WARMUP_MIN = 10.0            # a process's first minutes are its warm-up: never judged
 RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other detectors this long
 CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical, and a window may be urgent
@@ -145,7 +146,8 @@ class MemoryTrack:
     minute: int                     # the minute being filled
     peak: float                     # the highest value of that minute so far
     minutes: Peaks                  # the last HISTORY_MINUTES complete minutes' peaks, oldest first
-    loads: array                    # the same minutes' mean utilization, doubles (a KV cache follows the load)
+    loads: array                    # the last LOAD_MINUTES of those minutes' mean utilization, doubles (a KV cache
+                                    # follows the load)
     util_sum: float                 # utilization summed over the minute being filled
     util_n: int
     pid: int | None
@@ -279,11 +281,13 @@ def _judgeable(history: Sequence[float], total: float) -> bool:
 
 def features(history: Sequence[float], total: float, age_min: float,
              loads: Sequence[float] | None = None, trends: tuple[float, float] | None = None) -> list[float] | None:
-    """One GPU's memory, one value a minute, oldest first (and the minutes' mean utilization): is it leaking?
-    (None: too short to tell). ``trends``: :func:`_trends` of the last 60 minutes, when already computed."""
+    """One GPU's memory, one value a minute, oldest first (and the minutes' mean utilization, the newest
+    ``LOAD_MINUTES`` of them or more): is it leaking? (None: too short to tell). ``trends``: :func:`_trends` of the
+    last 60 minutes, when already computed."""
     if not _judgeable(history, total):
         return None
-    loads = loads if loads is not None and len(loads) == len(history) else [0.0] * len(history)
+    if loads is None or min(len(loads), LOAD_MINUTES) != min(len(history), LOAD_MINUTES):
+        loads = [0.0] * len(history)
     last10, last30, last60 = history[-11:], history[-31:], history[-61:]
     per_hour = 60.0 / total
     s10 = _theil_sen(last10) * per_hour
@@ -300,7 +304,7 @@ def features(history: Sequence[float], total: float, age_min: float,
             drawdown = peak - v
     headroom = max(0.0, 1.0 - history[-1] / total)
     to_oom = headroom / s30 * 60.0 if s30 > 1e-6 else 1e6
-    load30 = loads[-31:]
+    load30 = loads[-LOAD_MINUTES:]
     # a KV cache grows and shrinks with the load; a leak grows whatever the load does
     load_trend = (mean(load30[-10:]) - mean(load30[:10])) / 100.0
     return [s10, s30, s60, _steady(last30, total), _steady(last60, total), _r2(last30), clip(jump_share, 0.0, 1.0),
@@ -382,7 +386,7 @@ class Detector:
             m.minutes.append(m.peak)
             m.loads.append(m.util_sum / m.util_n if m.util_n else 0.0)
             m.minutes.keep(HISTORY_MINUTES)
-            del m.loads[:-HISTORY_MINUTES]
+            del m.loads[:-LOAD_MINUTES]
             m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
             # judged below with the other GPUs whose minute closed: (gpu, track or None, age in minutes, ...)
             due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / 60.0, m.pid, m.minutes.last(),

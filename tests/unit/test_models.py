@@ -192,6 +192,31 @@ def test_leak_features_tell_steady_growth_from_a_cache_step_and_a_breathing_cach
     assert not memory_leak.applies(memory_leak.features(leak[:20], total, age_min=5))    # still warming up
 
 
+def test_leak_features_read_only_the_newest_load_minutes_which_is_all_a_gpu_keeps():
+    total, rng = 80e9, random.Random(8)
+    for n in (10, 30, 31, 45, 61):
+        history = [20e9 + i * 0.05e9 + rng.gauss(0, 0.2e9) for i in range(n)]
+        loads = [rng.uniform(0, 100) for _ in range(n)]
+        full = memory_leak.features(history, total, 90, loads)
+        assert memory_leak.features(history, total, 90, loads[-memory_leak.LOAD_MINUTES:]) == full, n
+        assert full != memory_leak.features(history, total, 90), n          # the loads count
+        fewer = loads[len(loads) - min(n, memory_leak.LOAD_MINUTES) + 1:]     # fewer than the features read
+        assert memory_leak.features(history, total, 90, fewer) == memory_leak.features(history, total, 90), n
+    from types import SimpleNamespace as NS
+    decider = type("D", (), {"threshold": 2.0, "persist_on": 1, "persist_off": 1, "urgent_score": 2.0,
+                             "score_many": staticmethod(lambda xs: [0.0] * len(xs))})()
+    detector = memory_leak.Detector()
+    ctx = NS(out=Output(), recorder=None, flags=NS(quiet=set(), starved=set()))
+    for k in range(12 * 70):                                      # 5 s samples, 70 minutes
+        gpu = NS(uuid="g0", index=0, util_pct=float(k // 12 % 7), mem_used_bytes=2e10 + 1e8 * (k // 12),
+                 mem_total_bytes=8e10, processes=[NS(pid=7)], job="j", tenant="t")
+        detector.add(NS(ts=6000.0 + 5 * k, node="n1", pool="p", gpus=[gpu]), decider, ctx)
+    track = detector.tracks["g0"]
+    assert len(track.minutes) == memory_leak.HISTORY_MINUTES and len(track.loads) == memory_leak.LOAD_MINUTES
+    assert track.loads.tolist() == [float(m % 7) for m in range(69 - memory_leak.LOAD_MINUTES, 69)]
+    assert not ctx.out.events
+
+
 def test_the_leak_trend_reads_order_not_scale_so_noise_of_any_size_leaves_it_near_zero():
     total, rng = 80e9, random.Random(5)
     for noise in (0.01e9, 0.4e9, 4e9):                 # 10 MB to 4 GB of a process's own noise

@@ -317,36 +317,48 @@ def baseline(x: list[float]) -> bool:
 
 class Epochs:
     """A job's lockstep history: its last :data:`LOCKSTEP_EPOCHS` epochs, each the GPUs' names (one tuple shared
-    by the epochs that saw the same GPUs) and their utilizations in that order, every epoch's in one array of
-    doubles (an array per epoch cost its header per job and epoch: 2.5 kB for a single-GPU job's 20 epochs, now
-    0.4 kB). Iterated, it gives each epoch's ``(names, utilizations)``, oldest first."""
+    by the epochs that saw the same GPUs) and their utilizations in that order, every epoch's in one array (an
+    array per epoch cost its header per job and epoch: 2.5 kB for a single-GPU job's 20 epochs, now 0.4 kB). The
+    utilizations are kept to a tenth of a point, so the array holds 16-bit tenths (2 bytes a value, not 8), each
+    reading back as the double it came as; a value that is not a tenth within 16 bits (none from the detector)
+    turns the array into doubles. Iterated, it gives each epoch's ``(names, utilizations)``, oldest first."""
 
     __slots__ = ("names", "values")
 
     def __init__(self) -> None:
         self.names: list[tuple[str, ...]] = []
-        self.values = array("d")
+        self.values: array = array("h")      # tenths ("h"), or doubles ("d") once a value is not a tenth
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def __iter__(self) -> Iterator[tuple[tuple[str, ...], array]]:
+    def __iter__(self) -> Iterator[tuple[tuple[str, ...], Sequence[float]]]:
         at, values = 0, self.values
+        tenths = values.typecode == "h"
         for names in self.names:
             end = at + len(names)
-            yield names, values[at:end]
+            yield names, [v / 10 for v in values[at:end]] if tenths else values[at:end]
             at = end
 
     def append(self, names: tuple[str, ...], utils: Iterable[float]) -> None:
         if self.names and self.names[-1] == names:
             names = self.names[-1]
         self.names.append(names)
-        self.values.extend(utils)
+        if self.values.typecode == "h":
+            utils = list(utils)
+            tenths = [round(v * 10) if v == v and abs(v) < 3000 else 0 for v in utils]
+            if all(t / 10 == v for t, v in zip(tenths, utils)):
+                self.values.extend(tenths)
+            else:
+                self.values = array("d", [t / 10 for t in self.values])
+                self.values.extend(utils)
+        else:
+            self.values.extend(utils)
         if len(self.names) > LOCKSTEP_EPOCHS:
             del self.values[:len(self.names.pop(0))]
 
     def clear(self) -> None:
-        self.names, self.values = [], array("d")
+        self.names, self.values = [], array("h")
 
 
 class Detector:

@@ -149,6 +149,19 @@ def test_the_lockstep_history_is_saved_compactly_and_restored_the_same():
     restored = straggler.Detector.from_state(saved)
     assert restored.epochs() == d.epochs()
     assert straggler.lockstep(restored.epochs()) == straggler.lockstep(d.epochs()) is False
+    assert d.history.values.itemsize == 2                 # tenths of a point in 16 bits
+    rng = random.Random(4)
+    tenths = [{"a": round(rng.uniform(0, 100), 1), "b": round(rng.uniform(0, 100), 1)} for _ in range(30)]
+    for odd in (None, 33.33, float("nan"), 1e6):          # not a tenth, or past 16 bits: doubles from then on
+        h = straggler.Epochs()
+        for k, epoch in enumerate(tenths):
+            h.append(tuple(epoch), [odd if odd is not None and k == 12 and g == "b" else v
+                                    for g, v in epoch.items()])
+        want = [[odd if odd is not None and k == 12 and g == "b" else v for g, v in epoch.items()]
+                for k, epoch in enumerate(tenths)][-straggler.LOCKSTEP_EPOCHS:]
+        got = [list(utils) for _, utils in h]
+        assert [[repr(v) for v in e] for e in got] == [[repr(v) for v in e] for e in want], odd
+        assert h.values.itemsize == (2 if odd is None else 8), odd
 
 
 def test_gpus_of_independent_work_are_not_judged_as_stragglers():

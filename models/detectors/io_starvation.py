@@ -78,9 +78,11 @@ class GpuWindow(Window):
     seldom changes kept as runs: a job (a name shared with the message's), whether the GPU held a compute process,
     its index, and how many samples in a row had them. A name per sample in a list held 8 bytes a sample and the
     two values 16 more (a minute's window sampled every second: 568 bytes of list and 960 of array a GPU); a run
-    takes 32 bytes, one or two a window whatever the sampling. The columns read and saved are as before."""
+    takes 32 bytes, one or two a window whatever the sampling. The columns read and saved are as before. The GPU's
+    usual utilization (a moving average, the time it was last moved and the job it is of) lives beside them: a
+    tuple per GPU in a dict of the node's, replaced every epoch, held about 110 bytes a GPU."""
 
-    __slots__ = ("runs",)
+    __slots__ = ("runs", "usual", "usual_at", "usual_job")
     FIELDS = ("ts", "util")
     SAVED = ("ts", "util", "has_process", "job", "gpu_index")
     RUN = 4                          # job, has_process (1.0 when the GPU held a compute process), gpu_index, count
@@ -88,6 +90,9 @@ class GpuWindow(Window):
     def __init__(self) -> None:
         super().__init__()
         self.runs: list = []         # RUN values a run, oldest first; two runs in a row differ in one of the three
+        self.usual: float | None = None          # the usual utilization (None: not known yet)
+        self.usual_at = 0.0
+        self.usual_job = ""
 
     def add(self, ts: float, util: float | None, has_process: float, job: str | None, gpu_index: int,
             cutoff: float) -> None:
@@ -234,11 +239,10 @@ def baseline(x: list[float]) -> bool:
 class Detector:
     """The IO starvation detector of one node."""
 
-    __slots__ = ("gpus", "host", "epoch", "interval", "incidents", "usual")
+    __slots__ = ("gpus", "host", "epoch", "interval", "incidents")
 
     def __init__(self) -> None:
-        self.gpus: dict[str, GpuWindow] = {}
-        self.usual: dict[str, tuple[float, float, str]] = {}     # uuid -> (usual utilization, at, job)
+        self.gpus: dict[str, GpuWindow] = {}     # each with its GPU's usual utilization
         self.host = HostWindow()
         self.epoch: int | None = None
         self.interval = 5.0
@@ -274,7 +278,6 @@ class Detector:
             w.add(ts, g.util_pct, 1.0 if g.processes else 0.0, g.job, g.index, cutoff)
         for uuid in [u for u, w in self.gpus.items() if not w.data or w.last_ts() <= cutoff]:
             del self.gpus[uuid]
-            self.usual.pop(uuid, None)
 
     def _evaluate(self, node: str, pool, at: float, decider: Decider, out: Output, tenant_of: dict,
                   quiet: set[str], recorder: Recorder | None) -> None:
@@ -296,15 +299,15 @@ class Detector:
             job = w.job_of(j - 1) if j > i else None
             if job is None:
                 continue
-            before = self.usual.get(uuid)
-            if before is not None and before[2] != job:
+            before = w.usual
+            if before is not None and w.usual_job != job:
                 before = None            # the usual work of another job says nothing of this one's
             if before is not None and uuid not in quiet:
-                job_usual.setdefault(job, []).append(before[0])
+                job_usual.setdefault(job, []).append(before)
             if now is not None:          # the usual level moves towards this window's, by the time passed
-                usual = now if before is None else \
-                    before[0] + (now - before[0]) * (1.0 - math.exp(-(at - before[1]) / USUAL_TAU_S))
-                self.usual[uuid] = (usual, at, job)
+                w.usual = now if before is None else \
+                    before + (now - before) * (1.0 - math.exp(-(at - w.usual_at) / USUAL_TAU_S))
+                w.usual_at, w.usual_job = at, job
             if uuid not in quiet:
                 utils, processes, indices = by_job.setdefault(job, ([], [], set()))
                 utils.extend(util)
@@ -336,6 +339,11 @@ class Detector:
             if key not in seen:
                 self.incidents.observe(key, False, at, decider, {}, out, describe)
 
+    @property
+    def usual(self) -> dict[str, tuple[float, float, str]]:
+        """Each GPU's usual utilization, when it was last moved and the job it is of, by uuid (where known)."""
+        return {u: (w.usual, w.usual_at, w.usual_job) for u, w in self.gpus.items() if w.usual is not None}
+
     def starved_jobs(self) -> set[str]:
         """Jobs with an IO starvation incident open (or under way) on this node."""
         return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")}
@@ -353,7 +361,10 @@ class Detector:
             d.host = HostWindow.from_state(state["host"], "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
             d.incidents = Incidents.from_state(state["incidents"])
-            d.usual = {u: (float(v), float(at), str(job)) for u, (v, at, job) in state.get("usual", {}).items()}
+            for u, (v, at, job) in state.get("usual", {}).items():
+                w = d.gpus.get(u)        # a GPU's usual level goes with its window
+                if w is not None:
+                    w.usual, w.usual_at, w.usual_job = float(v), float(at), str(job)
         except (KeyError, AttributeError, TypeError, ValueError):
             raise StateError("IO starvation detector: saved state lacks gpus, host, epoch, interval or "
                              "incidents") from None

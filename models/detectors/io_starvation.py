@@ -24,7 +24,9 @@ its jobs: when several are judged starved in one epoch, the host's signals are b
 fell furthest from their usual work; a job that fell less than half as far (``SHARED_DROP_SHARE``), such as
 a notebook or a service following the saturated host beside a starved job, is not paged (``decide``); and
 while a job's starvation incident is open on the node, another job of the node is held back (``held_back``):
-one incident for the node's input path, not one more for each job that slows beside it.
+one incident for the node's input path, not one more for each job that slows beside it. A job held back is
+still starved for the other detectors (``starved_jobs``): the job stage does not judge it for stragglers while
+it waits with the node's input path.
 """
 from __future__ import annotations
 
@@ -239,10 +241,11 @@ def baseline(x: list[float]) -> bool:
 class Detector:
     """The IO starvation detector of one node."""
 
-    __slots__ = ("gpus", "host", "epoch", "interval", "incidents")
+    __slots__ = ("gpus", "host", "epoch", "interval", "incidents", "held")
 
     def __init__(self) -> None:
         self.gpus: dict[str, GpuWindow] = {}     # each with its GPU's usual utilization
+        self.held: set[str] = set()              # jobs judged starved at the last epoch but held back
         self.host = HostWindow()
         self.epoch: int | None = None
         self.interval = 5.0
@@ -314,7 +317,7 @@ class Detector:
                 processes.extend(has_process)
                 indices.update(index)
         host = self.host.between(start, at)
-        seen = set()
+        seen, held = set(), set()
         judged = [(job, len(indices), features(utils, has_process, host,
                                                mean(job_usual[job]) if job in job_usual else None))
                   for job, (utils, has_process, indices) in sorted(by_job.items())]
@@ -333,8 +336,11 @@ class Detector:
             seen.add(key)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
-            positive = positive and not held_back(key, node, self.incidents)
+            if positive and held_back(key, node, self.incidents):
+                positive = False
+                held.add(info["job"])    # not paged, but starved with the node's input path: not a straggler
             self.incidents.observe(key, positive, at, decider, info, out, describe)
+        self.held = held
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
                 self.incidents.observe(key, False, at, decider, {}, out, describe)
@@ -345,13 +351,15 @@ class Detector:
         return {u: (w.usual, w.usual_at, w.usual_job) for u, w in self.gpus.items() if w.usual is not None}
 
     def starved_jobs(self) -> set[str]:
-        """Jobs with an IO starvation incident open (or under way) on this node."""
-        return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")}
+        """Jobs with an IO starvation incident open (or under way) on this node, and those judged starved at the
+        last epoch but held back (:func:`held_back`): the other detectors leave them all out alike."""
+        return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")} | self.held
 
     def to_state(self) -> dict:
         return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
                 "host": self.host.to_state(), "epoch": self.epoch, "interval": self.interval,
-                "incidents": self.incidents.to_state(), "usual": {u: list(p) for u, p in self.usual.items()}}
+                "incidents": self.incidents.to_state(), "usual": {u: list(p) for u, p in self.usual.items()},
+                "held": sorted(self.held)}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
@@ -361,6 +369,7 @@ class Detector:
             d.host = HostWindow.from_state(state["host"], "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
             d.incidents = Incidents.from_state(state["incidents"])
+            d.held = {str(job) for job in state.get("held", ())}          # absent: saved before it was kept
             for u, (v, at, job) in state.get("usual", {}).items():
                 w = d.gpus.get(u)        # a GPU's usual level goes with its window
                 if w is not None:

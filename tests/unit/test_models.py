@@ -306,6 +306,34 @@ def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_b
     assert not io_starvation.held_back(c, "n2", open_a)
 
 
+def test_a_job_held_back_beside_a_starved_one_is_starved_for_the_other_detectors():
+    # two training jobs of one node on one disk: a starves first and is paged, b falls as far two minutes later
+    # and is held back; both are starved for the straggler detector, saved and restored alike
+    from types import SimpleNamespace as NS
+    decider = type("D", (), {"threshold": 0.3, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+        lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
+    d, out = io_starvation.Detector(), Output()
+    starved_at = {}
+    for k in range(12 * 30):                                      # 5 s samples, 30 minutes
+        ts = 1000.0 + 5 * k
+        ctx = NS(out=out, tenant_of={}, recorder=None, flags=NS(quiet=set(), starved=set()))
+        saw = [10.0, 90.0, 5.0, 20.0][k % 4]
+        gpus = [NS(uuid=f"a{i}", index=i, util_pct=saw if k >= 12 * 20 else 95.0, processes=[1], job="a")
+                for i in range(2)]
+        gpus += [NS(uuid=f"b{i}", index=2 + i, util_pct=saw if k >= 12 * 22 else 95.0, processes=[1], job="b")
+                 for i in range(2)]
+        host = NS(iowait_pct=35.0 if k >= 12 * 20 else 1.0, disk_read_bytes_per_s=3e9 if k >= 12 * 20 else 1e8,
+                  net_rx_bytes_per_s=1e7, cpu_util_pct=20.0)
+        d.add(NS(ts=ts, interval_s=5.0, node="n1", pool="p", host=host, gpus=gpus), decider, ctx)
+        for job in ctx.flags.starved:
+            starved_at.setdefault(job, ts)
+        if k == 12 * 25:
+            d = io_starvation.Detector.from_state(json.loads(json.dumps(d.to_state())))
+    fired = [e["job"] for e in out.events if e["status"] == "firing"]
+    assert fired == ["a"] and d.held == {"b"} and d.starved_jobs() == {"a", "b"}
+    assert 1000 + 5 * 12 * 20 <= starved_at["a"] < starved_at["b"] <= 1000 + 5 * 12 * 24
+
+
 def test_every_detector_is_one_module_in_the_registry():
     for kind, m in REGISTRY.items():
         assert m.KIND == kind and m.STAGE in ("node", "job") and len(set(m.FEATURES)) == len(m.FEATURES)

@@ -81,8 +81,8 @@ class GpuWindow(Window):
     its index, and how many samples in a row had them. A name per sample in a list held 8 bytes a sample and the
     two values 16 more (a minute's window sampled every second: 568 bytes of list and 960 of array a GPU); a run
     takes 32 bytes, one or two a window whatever the sampling. The columns read and saved are as before. The GPU's
-    usual utilization (a moving average, the time it was last moved and the job it is of) lives beside them: a
-    tuple per GPU in a dict of the node's, replaced every epoch, held about 110 bytes a GPU."""
+    usual utilization (a moving average, the time it was last moved and the job it is of) lives beside them (a
+    tuple per GPU in a dict of the node's, replaced every epoch, held about 110 bytes a GPU more)."""
 
     __slots__ = ("runs", "usual", "usual_at", "usual_job")
     FIELDS = ("ts", "util")

@@ -91,7 +91,7 @@ class Peaks:
         whole = (type(v) is int or v.is_integer()) and -_WHOLE < v < _WHOLE
         if self.first is not None:
             if whole:
-                step = int(v - self.first - sum(self.steps))
+                step = int(v - self.last())
                 if -_STEP <= step < _STEP:
                     self.steps.append(step)
                     return
@@ -383,13 +383,14 @@ class Detector:
             m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, Peaks(), array("d"), 0.0, 0, pid, ts,
                                                   g.mem_total_bytes, restarted)
         elif minute > m.minute:
-            m.minutes.append(m.peak)
+            closed = m.peak
+            m.minutes.append(closed)
             m.loads.append(m.util_sum / m.util_n if m.util_n else 0.0)
             m.minutes.keep(HISTORY_MINUTES)
             del m.loads[:-LOAD_MINUTES]
             m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
             # judged below with the other GPUs whose minute closed: (gpu, track or None, age in minutes, ...)
-            due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / 60.0, m.pid, m.minutes.last(),
+            due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / 60.0, m.pid, closed,
                         m.total))
         m.peak = max(m.peak, g.mem_used_bytes)
         if g.util_pct is not None:

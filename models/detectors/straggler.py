@@ -80,6 +80,7 @@ BIG_MOVE = 15.0              # points of utilization from one epoch to the next 
 BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
 MIN_SLOWDOWN = 0.03          # behind its peers by less (clock or utilization), nobody waits for it
 _SLOWDOWN = FEATURES.index("slowdown")
+_TENTHS_MAX = 3000.0         # a lockstep history's utilization kept in 16-bit tenths below this (any percent is)
 
 
 class JobWindow(Window):
@@ -346,7 +347,7 @@ class Epochs:
         self.names.append(names)
         if self.values.typecode == "h":
             utils = list(utils)
-            tenths = [round(v * 10) if v == v and abs(v) < 3000 else 0 for v in utils]
+            tenths = [round(v * 10) if v == v and abs(v) < _TENTHS_MAX else 0 for v in utils]
             if all(t / 10 == v for t, v in zip(tenths, utils)):
                 self.values.extend(tenths)
             else:

@@ -88,6 +88,13 @@ class Fault:
         }
 
 
+def _minus(spans: list[tuple[float, float]], holes) -> list[tuple[float, float]]:
+    """Sorted, disjoint ``spans`` less the ``holes`` (each [start, end)): what is left of them, in order."""
+    for lo, hi in holes:
+        spans = [part for s, e in spans for part in ((s, min(e, lo)), (max(s, hi), e)) if part[0] < part[1]]
+    return spans
+
+
 def _slots(gpus: int, rng) -> list[list[int]]:
     """Cut one shared node's GPUs into groups rented together (e.g. 4+2+1+1)."""
     slots, i = [], 0
@@ -247,11 +254,18 @@ class Planner:
         return bursts
 
     def idle_labels_from_bursts(self) -> None:
-        """Notebook stretches between bursts that reach the idle window are idle ground truth."""
+        """Notebook stretches without work that reach the idle window are idle ground truth: between its bursts,
+        and where its process, killed by a leak's out-of-memory, restarts, the part of a burst it missed (a burst
+        that the restart cuts short at an end lengthens the stretch beside it)."""
+        dead: dict[int, list[tuple[float, float]]] = {}
+        for f in self.faults:
+            if f.kind == "memory_leak" and f.params["reaches_oom"]:
+                dead.setdefault(id(f.alloc), []).append((f.end, f.end + f.params["restart_s"]))
         for alloc in self.allocations:
             if alloc.kind != "notebook":
                 continue
-            edges = [alloc.start] + [x for b in alloc.bursts for x in b] + [alloc.end]
+            bursts = _minus(alloc.bursts, dead.get(id(alloc), ()))
+            edges = [alloc.start] + [x for b in bursts for x in b] + [alloc.end]
             for lo, hi in zip(edges[0::2], edges[1::2]):
                 if hi - lo >= self.idle_window_s:
                     self.faults.append(Fault("idle", lo, hi, alloc, list(alloc.members), "gpu"))

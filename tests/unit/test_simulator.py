@@ -101,3 +101,40 @@ def test_faults_show_in_the_telemetry():
 def test_spec_rejects_nonsense(field, value):
     with pytest.raises(ValueError, match=field):
         FleetSpec(**{field: value})
+
+
+def test_a_notebooks_idle_ground_truth_is_what_its_telemetry_shows_around_an_oom_restart():
+    # seed 25: a notebook's process is killed by its leak's out-of-memory just before a burst and restarts after the
+    # burst began: the idle stretch before that burst ends where the GPU works again, not where the burst was to start
+    spec = FleetSpec(nodes=3, gpus_per_node=4, hours=4, seed=25, faults_per_kind=3, interval_s=2.0)
+    sim = Simulation(spec)
+    notebooks = {a.job for a in sim.plan.allocations if a.kind == "notebook"}
+    restarts = [f for f in sim.plan.faults if f.kind == "memory_leak" and f.params["reaches_oom"]
+                and f.alloc.job in notebooks
+                and any(s < f.end + f.params["restart_s"] and f.end < e for s, e in f.alloc.bursts)]
+    assert restarts                                       # the case this test is about
+    idle = {}
+    for label in sim.labels():
+        if label["kind"] == "idle" and label["job"] in notebooks:
+            idle.setdefault(label["gpu_uuid"], []).append((label["start"], label["end"]))
+    runs: dict = {}       # per notebook GPU: stretches of samples below 5% (first ts, last ts)
+    for m in sim.messages():
+        for g in m["gpus"]:
+            if g["job"] not in notebooks:
+                continue
+            spans = runs.setdefault(g["uuid"], [])
+            if g["util_pct"] < 5:
+                if spans and spans[-1][2]:
+                    spans[-1][1] = m["ts"]
+                else:
+                    spans.append([m["ts"], m["ts"], True])
+            elif spans:
+                spans[-1][2] = False
+    tol = 2 * spec.interval_s
+    for uuid, spans in runs.items():
+        long = [(a, b) for a, b, _ in spans if b - a >= spec.idle_window_s]
+        labelled = idle.get(uuid, [])
+        # every stretch the idle rule fires on is labelled, and every label is such a stretch, edge to edge
+        assert len(long) == len(labelled), uuid
+        for (a, b), (s, e) in zip(long, sorted(labelled)):
+            assert abs(a - s) <= tol and abs(b - e) <= tol, (uuid, a, b, s, e)

@@ -116,13 +116,13 @@ def test_a_notebooks_idle_ground_truth_is_what_its_telemetry_shows_around_an_oom
     idle = {}
     for label in sim.labels():
         if label["kind"] == "idle" and label["job"] in notebooks:
-            idle.setdefault(label["gpu_uuid"], []).append((label["start"], label["end"]))
-    runs: dict = {}       # per notebook GPU: stretches of samples below 5% (first ts, last ts)
+            idle.setdefault((label["gpu_uuid"], label["job"]), []).append((label["start"], label["end"]))
+    runs: dict = {}       # per notebook and GPU: stretches of samples below 5% (first ts, last ts)
     for m in sim.messages():
         for g in m["gpus"]:
             if g["job"] not in notebooks:
                 continue
-            spans = runs.setdefault(g["uuid"], [])
+            spans = runs.setdefault((g["uuid"], g["job"]), [])
             if g["util_pct"] < 5:
                 if spans and spans[-1][2]:
                     spans[-1][1] = m["ts"]
@@ -131,10 +131,10 @@ def test_a_notebooks_idle_ground_truth_is_what_its_telemetry_shows_around_an_oom
             elif spans:
                 spans[-1][2] = False
     tol = 2 * spec.interval_s
-    for uuid, spans in runs.items():
+    for notebook, spans in runs.items():
         long = [(a, b) for a, b, _ in spans if b - a >= spec.idle_window_s]
-        labelled = idle.get(uuid, [])
+        labelled = idle.get(notebook, [])
         # every stretch the idle rule fires on is labelled, and every label is such a stretch, edge to edge
-        assert len(long) == len(labelled), uuid
+        assert len(long) == len(labelled), notebook
         for (a, b), (s, e) in zip(long, sorted(labelled)):
-            assert abs(a - s) <= tol and abs(b - e) <= tol, (uuid, a, b, s, e)
+            assert abs(a - s) <= tol and abs(b - e) <= tol, (notebook, a, b, s, e)

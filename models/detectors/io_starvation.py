@@ -330,7 +330,8 @@ class Detector:
             info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
                     "gpus": gpus, "util": f["util_mean"] * 100,
                     "iowait": f["iowait"] * 100, "disk": f["disk_read_gbps"], "net": f["net_rx_gbps"],
-                    "cpu": f["host_cpu"] * 100, "cause": path, "also_seen": also, "target": target}
+                    "cpu": f["host_cpu"] * 100, "cause": path, "also_seen": also, "target": target,
+                    "window_min": window_s(self.interval) / 60.0}
             epoch.append((f"{KIND}:{target}", x, info, score))
         for (key, x, info, _), positive in zip(epoch, decide(epoch, decider)):
             seen.add(key)
@@ -408,8 +409,8 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
            "host cpu": f"the host's CPUs {info['cpu']:.0f}% busy feeding them"}[path]
     what = (f"job {info['job']} on {info['node']} waits for its input data ({path}): {info['gpus']} GPU"
             f"{'s' if info['gpus'] != 1 else ''} at {info['util']:.0f}% utilization, {fed}")
-    if status == "firing":
-        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st):.0f} min"
+    if status == "firing":       # starved since the first positive window began: its window before it fired
+        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st) + info.get('window_min', 1.0):.0f} min"
     else:
         summary = (f"Job {info['job']} on {info['node']} no longer waits for input data "
                    f"(starved for {minutes(st, resolved_at):.0f} min)")

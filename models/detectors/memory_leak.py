@@ -323,8 +323,8 @@ def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[
             for item, t in zip(judged, trends)]
 
 
-_SLOPE_10, _SLOPE_30, _HEADROOM, _TO_OOM = (FEATURES.index(f) for f in ("slope_10", "slope_30", "headroom",
-                                                                         "minutes_to_oom"))
+_SLOPE_10, _SLOPE_30, _HEADROOM, _TO_OOM, _SPAN = (FEATURES.index(f) for f in ("slope_10", "slope_30", "headroom",
+                                                                                "minutes_to_oom", "span"))
 
 
 def minutes_to_oom(x: list[float]) -> float:
@@ -332,12 +332,14 @@ def minutes_to_oom(x: list[float]) -> float:
     return 10 ** x[_TO_OOM] - 1
 
 
-def oom_estimate(x: list[float]) -> tuple[float, float]:
-    """The time to the OOM in minutes, the nearer of the estimates at the 30-minute and the 10-minute rate, and
-    that rate (a share of the GPU's memory per hour)."""
+def oom_estimate(x: list[float]) -> tuple[float, float, int]:
+    """The time to the OOM in minutes, the nearer of the estimates at the 30-minute and the 10-minute rate, that
+    rate (a share of the GPU's memory per hour), and the minutes it was measured over (fewer than 10 or 30 where
+    the history is shorter)."""
     at_30, slope_10 = minutes_to_oom(x), x[_SLOPE_10]
     at_10 = x[_HEADROOM] / slope_10 * 60.0 if slope_10 > 1e-6 else 1e6
-    return (at_10, slope_10) if at_10 < at_30 else (at_30, x[_SLOPE_30])
+    minutes_kept = round(x[_SPAN] * 60.0) - 1           # one peak a minute: the history spans one minute less
+    return (at_10, slope_10, min(10, minutes_kept)) if at_10 < at_30 else (at_30, x[_SLOPE_30], min(30, minutes_kept))
 
 
 def applies(x: list[float]) -> bool:
@@ -413,10 +415,10 @@ class Detector:
                     self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
                 continue
             score = next(scores)
-            oom, rate = oom_estimate(x)
+            oom, rate, over = oom_estimate(x)
             info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
                     "index": g.index, "pid": pid, "score": round(score, 4), "rate_gb_h": rate * total / 1e9,
-                    "used_gb": used / 1e9, "total_gb": total / 1e9, "to_oom_min": oom,
+                    "used_gb": used / 1e9, "total_gb": total / 1e9, "to_oom_min": oom, "rate_over_min": over,
                     "severity": "critical" if oom <= CRITICAL_MIN else "warning"}
             if recorder is not None:
                 recorder(KIND, key, msg.ts, x, info)
@@ -455,9 +457,9 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
         f" (job {info['job']}, pid {info['pid']})" if info.get("job") else f" (pid {info['pid']})")
     oom = info["to_oom_min"]
     when = f"{oom / 60:.1f} h" if oom >= 90 else f"{oom:.0f} min"
-    if status == "firing":
-        seen = minutes(st)
-        summary = (f"{who} leaks memory: {info['rate_gb_h']:.2f} GB/h" + (f" for {seen:.0f} min" if seen >= 1 else "")
+    if status == "firing":       # the rate's own span, not the minutes the incident waited to fire
+        over = info.get("rate_over_min")
+        summary = (f"{who} leaks memory: {info['rate_gb_h']:.2f} GB/h" + (f" over the last {over} min" if over else "")
                    + f", {info['used_gb']:.1f} of {info['total_gb']:.0f} GB used, out of memory in about {when}")
     else:
         summary = f"{who} memory stopped growing (or the process ended) after {minutes(st, resolved_at):.0f} min"

@@ -537,10 +537,10 @@ def _r(v, digits: int = 1) -> float | None:
 def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
     if info["level"] == "node":
         who = f"{info['node']} (all {info['gpus']} GPUs, job {info['job']})"
-        peers = f"the job's other {info['peers']} node{'s' if info['peers'] != 1 else ''}"
+        peers = f"the job's other {info['peers']} nodes" if info["peers"] != 1 else "the job's other node"
     else:
         who = f"GPU {info['index']} on {info['node']} (job {info['job']})"
-        peers = f"its {info['peers']} peer{'s' if info['peers'] != 1 else ''}"
+        peers = f"its {info['peers']} peers" if info["peers"] != 1 else "its one peer"
     bits = info["bits"] & ~POWER_CAP_BIT
     if info["throttled"] > 0.2 and throttle_text(bits):
         cause = throttle_text(bits)

@@ -412,9 +412,9 @@ def test_a_leak_near_its_oom_is_urgent_with_less_certainty_and_one_far_from_it_i
     late = [68e9] * 49 + [68e9 + i * 20e9 / 60 for i in range(1, 13)]
     far = [20e9 + i * 0.05e9 for i in range(61)]                         # 3 GB/h, 20 h from the OOM
     fl, ff = memory_leak.features(late, total, age_min=90), memory_leak.features(far, total, age_min=90)
-    oom, rate = memory_leak.oom_estimate(fl)
+    oom, rate, over = memory_leak.oom_estimate(fl)
     assert memory_leak.minutes_to_oom(fl) > 60 and oom == pytest.approx((total - late[-1]) / (20e9 / 60), rel=0.15)
-    assert rate * total == pytest.approx(20e9, rel=0.05)                  # the rate of the nearer estimate
+    assert rate * total == pytest.approx(20e9, rel=0.05) and over == 10     # the rate of the nearer estimate
     assert memory_leak.urgent(fl, 0.92, km) and memory_leak.decide(fl, 0.92, km)
     assert not memory_leak.urgent(fl, 0.85, km) and not memory_leak.decide(fl, 0.85, km)
     assert not memory_leak.urgent(ff, 0.97, km) and not memory_leak.decide(ff, 0.97, km)
@@ -724,3 +724,40 @@ def test_a_gpus_peaks_read_back_exactly_as_they_came_whether_kept_as_steps_or_as
         with pytest.raises(StateError, match="lists of numbers"):
             memory_leak.MemoryTrack.from_state({**track, **bad})
 
+
+
+def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_incident_waited_to_fire():
+    """An IO starvation fires on its first starved window: it has been starved for that window, not 0 min. A leak's
+    rate is measured over its last 10 or 30 minutes (fewer on a short history), whatever the incident's age."""
+    from gpufleet.models.detectors.base import Incident
+    at = 1_800_000_000.0
+    io = {"node": "n1", "job": "train-1", "tenant": "t", "pool": "p", "score": 0.95, "gpus": 8, "util": 20.0,
+          "iowait": 30.0, "disk": 2.0, "net": 0.1, "cpu": 10.0, "cause": "disk", "also_seen": [],
+          "target": "n1/train-1", "window_min": 3.0}    # sampled every minute: a window of three samples
+    first = io_starvation.describe("firing", io, Incident(1, 0, at, at, at, io), None)
+    assert first["summary"].endswith("for 3 min") and first["started_at"] == first["detected_at"] == at
+    later = io_starvation.describe("firing", io, Incident(3, 0, at, at + 120, at, io), None)
+    assert later["summary"].endswith("for 5 min")
+    gone = io_starvation.describe("resolved", io, Incident(0, 2, at, at + 120, at, io), at + 600)
+    assert gone["summary"].endswith("(starved for 10 min)")
+
+    # a 3 GB/h leak, an hour of history: the 30-minute rate, over 30 minutes, however few minutes the incident is old
+    far = memory_leak.features([20e9 + i * 0.05e9 for i in range(61)], 80e9, age_min=90)
+    oom, rate, over = memory_leak.oom_estimate(far)
+    assert over == 30 and rate * 80e9 == pytest.approx(3e9, rel=0.01)
+    short = memory_leak.features([20e9 + i * 0.05e9 for i in range(16)], 80e9, age_min=16)
+    assert memory_leak.oom_estimate(short)[2] == 15                          # 16 peaks a minute apart span 15 min
+    leak = {"node": "n1", "gpu_uuid": "GPU-1", "job": "svc", "tenant": "t", "pool": "p", "index": 2, "pid": 7,
+            "score": 0.99, "rate_gb_h": rate * 80, "used_gb": 23.0, "total_gb": 80.0, "to_oom_min": oom,
+            "rate_over_min": over, "severity": "warning"}
+    fired = memory_leak.describe("firing", leak, Incident(4, 0, at, at + 180, at, leak), None)["summary"]
+    assert "leaks memory: 3.00 GB/h over the last 30 min, 23.0 of 80 GB used" in fired and "for 3 min" not in fired
+
+    node = {"level": "node", "node": "n2", "gpus": 8, "job": "train-2", "peers": 1, "index": 0, "bits": 0,
+            "throttled": 0.0, "clock": 0.6, "peer_clock": 0.8, "util": 85.0, "peer_util": 84.0, "slowdown": 0.25,
+            "power": 0.5, "peer_power": 0.7, "score": 0.9, "target": "n2"}
+    text = straggler.describe("firing", node, Incident(4, 0, at, at + 90, at, node), None)["summary"]
+    assert "25% behind the job's other node for 2 min" in text
+    gpu = dict(node, level="gpu", peers=7)
+    text = straggler.describe("firing", gpu, Incident(4, 0, at, at + 90, at, gpu), None)["summary"]
+    assert "behind its 7 peers" in text

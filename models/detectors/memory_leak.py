@@ -456,11 +456,11 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
     who = f"GPU {info['index']} on {info['node']}" + (
         f" (job {info['job']}, pid {info['pid']})" if info.get("job") else f" (pid {info['pid']})")
     oom = info["to_oom_min"]
-    when = f"{oom / 60:.1f} h" if oom >= 90 else f"{oom:.0f} min"
+    when = f"about {oom / 60:.1f} h" if oom >= 90 else f"about {oom:.0f} min" if oom >= 0.5 else "under a minute"
     if status == "firing":       # the rate's own span, not the minutes the incident waited to fire
         over = info.get("rate_over_min")
         summary = (f"{who} leaks memory: {info['rate_gb_h']:.2f} GB/h" + (f" over the last {over} min" if over else "")
-                   + f", {info['used_gb']:.1f} of {info['total_gb']:.0f} GB used, out of memory in about {when}")
+                   + f", {info['used_gb']:.1f} of {info['total_gb']:.0f} GB used, out of memory in {when}")
     else:
         summary = f"{who} memory stopped growing (or the process ended) after {minutes(st, resolved_at):.0f} min"
     evidence = {"cause": "memory growth", "also_seen": [], "rate_bytes_per_h": round(info["rate_gb_h"] * 1e9),

@@ -752,6 +752,10 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
             "rate_over_min": over, "severity": "warning"}
     fired = memory_leak.describe("firing", leak, Incident(4, 0, at, at + 180, at, leak), None)["summary"]
     assert "leaks memory: 3.00 GB/h over the last 30 min, 23.0 of 80 GB used" in fired and "for 3 min" not in fired
+    assert fired.endswith("out of memory in about 19.0 h")                   # 57 GB left at 3 GB/h
+    full = dict(leak, used_gb=79.9, to_oom_min=0.2)                       # found as the memory runs out
+    assert memory_leak.describe("firing", full, Incident(1, 0, at, at, at, full), None)["summary"].endswith(
+        "79.9 of 80 GB used, out of memory in under a minute")
 
     node = {"level": "node", "node": "n2", "gpus": 8, "job": "train-2", "peers": 1, "index": 0, "bits": 0,
             "throttled": 0.0, "clock": 0.6, "peer_clock": 0.8, "util": 85.0, "peer_util": 84.0, "slowdown": 0.25,

@@ -39,6 +39,7 @@ from gpufleet.streams.output import Output
 from .base import (
     EPOCH_S,
     NAN,
+    WINDOW_S,
     Decider,
     Incident,
     Incidents,
@@ -410,7 +411,7 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
     what = (f"job {info['job']} on {info['node']} waits for its input data ({path}): {info['gpus']} GPU"
             f"{'s' if info['gpus'] != 1 else ''} at {info['util']:.0f}% utilization, {fed}")
     if status == "firing":       # starved since the first positive window began: its window before it fired
-        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st) + info.get('window_min', 1.0):.0f} min"
+        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st) + info.get('window_min', WINDOW_S / 60.0):.0f} min"
     else:
         summary = (f"Job {info['job']} on {info['node']} no longer waits for input data "
                    f"(starved for {minutes(st, resolved_at):.0f} min)")

@@ -338,8 +338,10 @@ def oom_estimate(x: list[float]) -> tuple[float, float, int]:
     the history is shorter)."""
     at_30, slope_10 = minutes_to_oom(x), x[_SLOPE_10]
     at_10 = x[_HEADROOM] / slope_10 * 60.0 if slope_10 > 1e-6 else 1e6
-    minutes_kept = round(x[_SPAN] * 60.0) - 1           # one peak a minute: the history spans one minute less
-    return (at_10, slope_10, min(10, minutes_kept)) if at_10 < at_30 else (at_30, x[_SLOPE_30], min(30, minutes_kept))
+    spanned = round(x[_SPAN] * 60.0) - 1                # one peak a minute: the history spans one minute less
+    if at_10 < at_30:
+        return at_10, slope_10, min(10, spanned)
+    return at_30, x[_SLOPE_30], min(30, spanned)
 
 
 def applies(x: list[float]) -> bool:

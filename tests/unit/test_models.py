@@ -725,7 +725,6 @@ def test_a_gpus_peaks_read_back_exactly_as_they_came_whether_kept_as_steps_or_as
             memory_leak.MemoryTrack.from_state({**track, **bad})
 
 
-
 def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_incident_waited_to_fire():
     """An IO starvation fires on its first starved window: it has been starved for that window, not 0 min. A leak's
     rate is measured over its last 10 or 30 minutes (fewer on a short history), whatever the incident's age."""

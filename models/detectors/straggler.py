@@ -29,7 +29,12 @@ When the question applies (``applies``), and what is evidence:
 - not while a node of the job is starved of input (IO starvation takes precedence: every GPU then waits,
   and the page would name the wrong GPUs), nor on a GPU whose process just restarted (a leak's OOM);
 - a window is positive only when the GPU (or node) is at least ``MIN_SLOWDOWN`` behind its peers in clock
-  or utilization, whatever the trees score: throttled like the rest of its job, it keeps nobody waiting.
+  or utilization, whatever the trees score: throttled like the rest of its job, it keeps nobody waiting;
+- behind in utilization with its clock level with its peers' (a GPU its host or link feeds slowly), only in
+  a job whose GPUs were seen pausing together since it began (``paused_together``: from an epoch where the
+  job worked, at least two GPUs and two thirds of them fell by half a big move, one by a big move, in the same
+  epoch or the next; a checkpoint, an evaluation, a stall every GPU waits through). GPUs of independent work
+  held at different steady levels look exactly like that deficit and never pause together.
 
 Precedence: memory leak restart > IO starvation > straggler; the evidence names the cause (the throttle
 reason, or a slow GPU without throttling: its host, link or input) and what else was seen.
@@ -80,6 +85,7 @@ BIG_MOVE = 15.0              # points of utilization from one epoch to the next 
 BUSY_UTIL = 50.0             # samples at or above it are busy: clocks compare only between those
 MIN_SLOWDOWN = 0.03          # behind its peers by less (clock or utilization), nobody waits for it
 _SLOWDOWN = FEATURES.index("slowdown")
+_CLOCK_DEFICIT = FEATURES.index("clock_deficit")
 _TENTHS_MAX = 3000.0         # a lockstep history's utilization kept in 16-bit tenths below this (any percent is)
 
 
@@ -277,14 +283,7 @@ def _lockstep(epochs: Iterable[tuple[tuple[str, ...], Sequence[float]]]) -> bool
     """:func:`lockstep` over epochs kept as the GPUs' names and their utilizations in that order (epochs that saw
     the same GPUs share one tuple of names): each step from one epoch to the next is one subtraction per GPU, and
     only a step that holds a big move is looked at GPU by GPU."""
-    steps: list[tuple[tuple[str, ...], list[float]]] = []
-    for (names_before, before), (names, after) in pairwise(epochs):
-        if names is names_before or names == names_before:
-            steps.append((names, list(map(sub, after, before))))
-        else:
-            was = dict(zip(names_before, before))
-            kept = [(u, a - was[u]) for u, a in zip(names, after) if u in was]
-            steps.append((tuple(u for u, _ in kept), [d for _, d in kept]))
+    steps = _steps(epochs)
     alone: set[str] = set()
     seen: set[str] = set()
     for i, (names, moves) in enumerate(steps):
@@ -304,6 +303,43 @@ def _lockstep(epochs: Iterable[tuple[tuple[str, ...], Sequence[float]]]) -> bool
             if 3 * along < len(gpus) - (u in gpus):
                 alone.add(u)
     return len(alone) < max(2, (len(seen) + 1) // 2)
+
+
+def _steps(epochs: Iterable[tuple[tuple[str, ...], Sequence[float]]]) -> list[tuple[tuple[str, ...], list[float]]]:
+    """Each step from one epoch to the next: the GPUs seen in both and how their utilization changed."""
+    steps: list[tuple[tuple[str, ...], list[float]]] = []
+    for (names_before, before), (names, after) in pairwise(epochs):
+        if names is names_before or names == names_before:
+            steps.append((names, list(map(sub, after, before))))
+        else:
+            was = dict(zip(names_before, before))
+            kept = [(u, a - was[u]) for u, a in zip(names, after) if u in was]
+            steps.append((tuple(u for u, _ in kept), [d for _, d in kept]))
+    return steps
+
+
+def paused_together(history: Sequence[dict[str, float]]) -> bool:
+    """Whether the job's GPUs were seen pausing together (see the module docstring): ``history`` as for
+    :func:`lockstep`."""
+    return _paused_together([(tuple(epoch), list(epoch.values())) for epoch in history])
+
+
+def _paused_together(epochs: Sequence[tuple[tuple[str, ...], Sequence[float]]]) -> bool:
+    """:func:`paused_together` over epochs kept as :class:`Epochs` keeps them: in the last step, from an epoch
+    where the job worked (median utilization at least ``WORKING_UTIL``), at least two GPUs and two thirds of
+    them fell by half a big move or more and one of them by a big move, in that step or the one before
+    (nodes sampled every minute see one pause in neighbouring epochs). Asked every epoch, so every step
+    of the history is asked once while it is the last or the one before."""
+    if len(epochs) < 3:
+        return False
+    (names0, before0), (names1, before1), _ = epochs[-3:]
+    steps = _steps(epochs[-3:])
+    if max(median(list(before0)), median(list(before1))) < WORKING_UTIL:
+        return False
+    fell = {u for names, moves in steps for u, d in zip(names, moves) if d <= -BIG_MOVE / 2}
+    big = any(d <= -BIG_MOVE for _, moves in steps for d in moves)
+    gpus = set(names0) | set(names1)
+    return big and len(fell) >= 2 and 3 * len(fell) >= 2 * len(gpus)
 
 
 def applies(x: list[float]) -> bool:
@@ -334,11 +370,20 @@ class Epochs:
         return len(self.names)
 
     def __iter__(self) -> Iterator[tuple[tuple[str, ...], Sequence[float]]]:
-        at, values = 0, self.values
+        return self._from(self.names, 0)
+
+    def last(self, n: int) -> list[tuple[tuple[str, ...], Sequence[float]]]:
+        """The last ``n`` epochs (fewer when fewer are kept), as iteration gives them."""
+        names = self.names[-n:]
+        return list(self._from(names, len(self.values) - sum(map(len, names))))
+
+    def _from(self, names: list[tuple[str, ...]], at: int) -> Iterator[tuple[tuple[str, ...], Sequence[float]]]:
+        """The epochs of ``names``, the first of them at ``at`` in the values."""
+        values = self.values
         tenths = values.typecode == "h"
-        for names in self.names:
-            end = at + len(names)
-            yield names, [v / 10 for v in values[at:end]] if tenths else values[at:end]
+        for epoch in names:
+            end = at + len(epoch)
+            yield epoch, [v / 10 for v in values[at:end]] if tenths else values[at:end]
             at = end
 
     def append(self, names: tuple[str, ...], utils: Iterable[float]) -> None:
@@ -365,7 +410,7 @@ class Epochs:
 class Detector:
     """The straggler detector of one job."""
 
-    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history")
+    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history", "paused")
 
     def __init__(self) -> None:
         self.gpus: dict[str, JobWindow] = {}
@@ -375,6 +420,7 @@ class Detector:
         self.quiet: dict[str, float] = {}               # node or GPU uuid -> until when it is left out
         # per epoch: the GPUs (one tuple shared by the epochs that saw the same GPUs) and their utilization
         self.history = Epochs()
+        self.paused = False                             # its GPUs seen pausing together since the job began
         self.incidents = Incidents()
 
     def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
@@ -422,10 +468,11 @@ class Detector:
         nodes = sorted({self.where[u][0] for u in stats})
         multi = len(nodes) >= 2
         independent = not _lockstep(self.history)        # independent work: nobody waits, not judged
+        self.paused = self.paused or _paused_together(self.history.last(3))
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
         entries: list[tuple[str, list[float], dict]] = []
-        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent}
+        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent, "paused": self.paused}
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: _typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             node_peers = peer_medians(node_stats)
@@ -468,14 +515,14 @@ class Detector:
     def end(self, ts: float, out: Output) -> None:
         """The job is gone from every node."""
         self.incidents.close_all(ts, describe, out)
-        self.gpus, self.where, self.epoch, self.quiet = {}, {}, None, {}
+        self.gpus, self.where, self.epoch, self.quiet, self.paused = {}, {}, None, {}, False
         self.history.clear()
 
     def to_state(self) -> dict:
         return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
                 "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
-                "history": _history_state(self.epochs())}
+                "history": _history_state(self.epochs()), "paused": self.paused}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
@@ -487,6 +534,7 @@ class Detector:
             d.incidents = Incidents.from_state(state["incidents"])
             for epoch in _history_from_state(state.get("history")):      # absent: saved before it was kept
                 d._remember(epoch)
+            d.paused = bool(state.get("paused", False))                  # absent: saved before it was kept
         except (KeyError, AttributeError, TypeError):
             raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
                              "incidents") from None
@@ -511,7 +559,8 @@ def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider)
     """One epoch of one job: positive windows, where the question applies; a slow node's own alert covers
     its GPUs. Training replays recorded epochs through this same function."""
     def judged_slow(x: list[float], info: dict, score: float) -> bool:
-        return not info.get("held") and applies(x) and score >= decider.threshold and x[_SLOWDOWN] >= MIN_SLOWDOWN
+        return not info.get("held") and applies(x) and score >= decider.threshold and x[_SLOWDOWN] >= MIN_SLOWDOWN \
+            and (x[_CLOCK_DEFICIT] >= MIN_SLOWDOWN or info.get("paused", True))
 
     slow_nodes = {info["node"] for _, x, info, score in scored
                   if info.get("level") == "node" and judged_slow(x, info, score)}

@@ -162,32 +162,62 @@ def test_the_lockstep_history_is_saved_compactly_and_restored_the_same():
         got = [list(utils) for _, utils in h]
         assert [[repr(v) for v in e] for e in got] == [[repr(v) for v in e] for e in want], odd
         assert h.values.itemsize == (2 if odd is None else 8), odd
+        for n in (1, 3, 40):                              # the last epochs, read from the end
+            assert [(names, [repr(v) for v in u]) for names, u in h.last(n)] == \
+                [(names, [repr(v) for v in u]) for names, u in h][-n:], (odd, n)
+
+
+def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200) -> list[dict]:
+    """The straggler alerts of a 4-GPU job sampled every 5 s: 10 minutes at 95% (a GPU at 0% in the epochs
+    ``gaps`` names for it), then GPU 3 at 68% with an SM clock of ``slow_clock`` (1800 like its peers: normal)."""
+    decider = type("D", (), {"threshold": 0.2, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+        lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
+    d, out = straggler.Detector(), Output()
+    for k in range(20 * 6 + 30):
+        ts, gpus = 1000.0 + 5 * k, []
+        for i in range(4):
+            util, clock = 95.0, 1800
+            if k // 6 in gaps.get(i, ()):
+                util, clock = 0.0, 600
+            if i == 3 and k >= 120:
+                util, clock = 68.0, slow_clock
+            gpus.append([f"u{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
+        d.add("job-1", ts, "node-1", {"interval": 5.0, "gpus": gpus}, "t", "p", decider, out, None)
+    return [e for e in out.events if e["status"] == "firing"]
 
 
 def test_gpus_of_independent_work_are_not_judged_as_stragglers():
     # one GPU at 68% with a lower clock beside peers at 95%: a straggler if the job works in lockstep,
     # nothing if its GPUs had moved each on its own (a batch sweep) in the minutes before
-    decider = type("D", (), {"threshold": 0.2, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
-        lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
-
-    def run(gaps):
-        d, out = straggler.Detector(), Output()
-        for k in range(20 * 6 + 30):                           # 5 s samples: 10 minutes, then the slow GPU
-            ts, gpus = 1000.0 + 5 * k, []
-            for i in range(4):
-                util, clock = 95.0, 1800
-                if k // 6 in gaps.get(i, ()):
-                    util, clock = 0.0, 600
-                if i == 3 and k >= 120:
-                    util, clock = 68.0, 1200
-                gpus.append([f"u{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
-            d.add("job-1", ts, "node-1", {"interval": 5.0, "gpus": gpus}, "t", "p", decider, out, None)
-        return [e for e in out.events if e["status"] == "firing"]
-
-    lockstep = run({i: (4, 11) for i in range(4)})             # every GPU pauses together twice
+    lockstep = slow_gpu_alerts({i: (4, 11) for i in range(4)})     # every GPU pauses together twice
     assert [e["gpu_uuid"] for e in lockstep] == ["u3"]
-    sweep = run({0: (3,), 1: (7,), 2: (12,)})                  # each GPU paused on its own
+    sweep = slow_gpu_alerts({0: (3,), 1: (7,), 2: (12,)})          # each GPU paused on its own
     assert lockstep and not [e for e in sweep if e["gpu_uuid"] == "u3"]
+
+
+def test_less_work_with_normal_clocks_is_a_straggler_only_in_a_job_seen_pausing_together():
+    # independent GPUs held at different steady levels look the same as a GPU its host feeds slowly: without
+    # a lower clock, only a job whose GPUs were seen pausing together (a checkpoint) is known to wait for it
+    assert not slow_gpu_alerts({}, slow_clock=1800)                              # steady: not known
+    assert [e["gpu_uuid"] for e in slow_gpu_alerts({i: (11,) for i in range(4)}, slow_clock=1800)] == ["u3"]
+    assert [e["gpu_uuid"] for e in slow_gpu_alerts({}, slow_clock=1200)] == ["u3"]  # its clock says it
+    assert not slow_gpu_alerts({i: (11,) for i in range(2)}, slow_clock=1800)     # half of them: not together
+
+
+def test_a_pause_together_is_every_gpu_falling_from_work_at_once():
+    job = {f"g{i}": [95.0, 95.0, 95.0] for i in range(6)}
+    assert not straggler.paused_together(moves(job))
+    assert straggler.paused_together(moves({g: [95.0, 95.0, 10.0] for g in job}))           # a checkpoint
+    assert straggler.paused_together(moves({g: [95.0, 95.0, 30.0] if g < "g4" else [95.0, 30.0, 30.0]
+                                            for g in job}))          # nodes seeing it in neighbouring epochs
+    assert not straggler.paused_together(moves({g: [0.0, 0.0, 95.0] for g in job}))         # starting up
+    assert not straggler.paused_together(moves({g: [30.0, 30.0, 5.0] for g in job}))        # not working
+    assert not straggler.paused_together(moves({g: [95.0, 95.0, 10.0] if g < "g3" else [95.0] * 3
+                                                for g in job}))                            # half of them
+    assert not straggler.paused_together(moves({g: [95.0, 95.0, 85.0] for g in job}))       # a small dip
+    d = straggler.Detector()
+    d.paused = True
+    assert straggler.Detector.from_state(json.loads(json.dumps(d.to_state()))).paused
 
 
 def test_leak_features_tell_steady_growth_from_a_cache_step_and_a_breathing_cache():

@@ -46,6 +46,7 @@ QUERIES = {
         SELECT f.pool AS pool,
                formatDateTime(f.made_at, '%Y-%m-%d %H:%i') AS made_at,
                s.rented_gpus                                AS rented,
+               s.current_gpus                               AS capacity,
                round(f.peak, 1)                             AS peak_forecast,
                round(f.peak_p90, 1)                         AS peak_p90,
                s.target_gpus                                AS target_gpus,
@@ -54,8 +55,8 @@ QUERIES = {
               FROM forecasts FINAL
               WHERE (pool, made_at) IN (SELECT pool, max(made_at) FROM forecasts GROUP BY pool)
               GROUP BY pool, made_at) AS f
-        LEFT JOIN (SELECT pool, argMax(rented_gpus, at) AS rented_gpus, argMax(target_gpus, at) AS target_gpus,
-                          argMax(action, at) AS action
+        LEFT JOIN (SELECT pool, argMax(rented_gpus, at) AS rented_gpus, argMax(current_gpus, at) AS current_gpus,
+                          argMax(target_gpus, at) AS target_gpus, argMax(action, at) AS action
                    FROM scale_events FINAL GROUP BY pool) AS s ON s.pool = f.pool
         ORDER BY pool""",
 }

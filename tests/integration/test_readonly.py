@@ -56,3 +56,28 @@ def test_a_database_without_the_schema_is_not_migrated_by_a_read(clickhouse_url)
     finally:
         bare.drop()
         bare.close()
+
+
+def test_the_summary_shows_each_pools_capacity_beside_its_scale_target(clickhouse_url):
+    """A scale action reads against the capacity it changes, not against the rented GPUs: both are shown."""
+    name = f"summary_{uuid.uuid4().hex[:8]}"
+    store = Store.connect(clickhouse_url, name, create=True)
+    try:
+        store.migrate()
+        at = 1764374400
+        store.write("forecasts", ["pool", "made_at", "step_s", "ts", "demand_gpus", "p10", "p90"],
+                    [("h100", at, 3600, at + 3600 * h, 20.0 + h, 18.0, 30.0 + h) for h in range(1, 4)])
+        store.write("scale_events", ["pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason",
+                                     "dry_run", "lead_time_s"],
+                    [("h100", at - 3600, "scale_up", 32, 40, 22, "", 0, 900),
+                     ("h100", at, "scale_down", 40, 35, 23, "", 0, 900)])
+        out = gpufleet("summary", "--dsn", clickhouse_url, "--database", name)
+        assert out.returncode == 0, out.stderr
+        section = out.stdout.split("Demand forecast")[1].splitlines()
+        header, row = section[1].split(), section[3].split()
+        got = dict(zip(header, [row[0], " ".join(row[1:3]), *row[3:]]))
+        assert got["capacity"] == "40" and got["rented"] == "23" and got["target_gpus"] == "35", out.stdout
+        assert got["action"] == "scale_down" and got["peak_p90"] == "33", out.stdout
+    finally:
+        store.drop()
+        store.close()

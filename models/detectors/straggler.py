@@ -410,13 +410,14 @@ class Epochs:
 class Detector:
     """The straggler detector of one job."""
 
-    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "quiet", "history", "paused")
+    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "intervals", "quiet", "history", "paused")
 
     def __init__(self) -> None:
         self.gpus: dict[str, JobWindow] = {}
         self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
         self.epoch: int | None = None
-        self.interval = 5.0
+        self.interval = 5.0                             # the slowest of its nodes' sampling intervals
+        self.intervals: dict[str, float] = {}           # node -> its sampling interval
         self.quiet: dict[str, float] = {}               # node or GPU uuid -> until when it is left out
         # per epoch: the GPUs (one tuple shared by the epochs that saw the same GPUs) and their utilization
         self.history = Epochs()
@@ -426,7 +427,10 @@ class Detector:
     def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
             recorder: Recorder | None) -> None:
         """One node's job sample (in (ts, node) order); its ``io``/``quiet`` flags come from the node stage."""
-        self.interval = sample.get("interval") or self.interval
+        if sample.get("interval"):
+            self.intervals[node] = sample["interval"]
+        if self.intervals:
+            self._pace()
         epoch_s = max(EPOCH_S, self.interval)
         epoch = int(ts // epoch_s)
         if self.epoch is not None and epoch > self.epoch:
@@ -449,6 +453,17 @@ class Detector:
             self.where[uuid] = (node, g[INDEX])
             w.drop_through(cutoff)
 
+    def _pace(self) -> None:
+        """The job's epoch and window follow its slowest node: nodes sampled every 5 s and every 60 s in one job
+        share one epoch of 60 s and compare windows of 3 minutes. The epoch reached so far is kept, counted in
+        the new length (an epoch counted in another length would put an evaluation decades back, which finds no
+        samples and so forgets the incidents on the way)."""
+        interval = max(self.intervals.values())
+        if interval != self.interval:
+            if self.epoch is not None:
+                self.epoch = int(self.epoch * max(EPOCH_S, self.interval) // max(EPOCH_S, interval))
+            self.interval = interval
+
     def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
                  recorder: Recorder | None) -> None:
         start = at - window_s(self.interval)
@@ -462,6 +477,9 @@ class Detector:
                     self.where.pop(uuid, None)
                 continue
             windows[uuid] = samples
+        present = {n for n, _ in self.where.values()}
+        if any(n not in present for n in self.intervals):  # a node that left no longer sets the pace (next sample)
+            self.intervals = {n: v for n, v in self.intervals.items() if n in present}
         expected = max(1, round(window_s(self.interval) / self.interval))
         stats = {u: s for u, s in ((u, _stats(w)) for u, w in windows.items()) if s is not None}
         self._remember({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
@@ -515,13 +533,14 @@ class Detector:
     def end(self, ts: float, out: Output) -> None:
         """The job is gone from every node."""
         self.incidents.close_all(ts, describe, out)
-        self.gpus, self.where, self.epoch, self.quiet, self.paused = {}, {}, None, {}, False
+        self.gpus, self.where, self.epoch, self.quiet, self.paused, self.intervals = {}, {}, None, {}, False, {}
         self.history.clear()
 
     def to_state(self) -> dict:
         return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
-                "incidents": self.incidents.to_state(), "interval": self.interval, "quiet": self.quiet,
+                "incidents": self.incidents.to_state(), "interval": self.interval, "intervals": self.intervals,
+                "quiet": self.quiet,
                 "history": _history_state(self.epochs()), "paused": self.paused}
 
     @classmethod
@@ -535,6 +554,7 @@ class Detector:
             for epoch in _history_from_state(state.get("history")):      # absent: saved before it was kept
                 d._remember(epoch)
             d.paused = bool(state.get("paused", False))                  # absent: saved before it was kept
+            d.intervals = {str(n): float(v) for n, v in state.get("intervals", {}).items()}   # absent: likewise
         except (KeyError, AttributeError, TypeError):
             raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
                              "incidents") from None

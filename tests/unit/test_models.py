@@ -794,3 +794,35 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
     gpu = dict(node, level="gpu", peers=7)
     text = straggler.describe("firing", gpu, Incident(4, 0, at, at + 90, at, gpu), None)["summary"]
     assert "behind its 7 peers" in text
+
+
+def test_a_job_whose_nodes_sample_at_different_intervals_is_judged_at_the_pace_of_its_slowest():
+    # node "a" every 5 s, node "b" every 60 s, one job: GPU a3 slows down (lower clock) from minute 12 on. Its
+    # epochs and windows follow node b; every evaluation falls within the run (an epoch counted now in 30 s and
+    # now in 60 s put evaluations decades back, which found no samples and forgot the pending incident)
+    decider = type("D", (), {"threshold": 0.2, "persist_on": 4, "persist_off": 6, "score_many": staticmethod(
+        lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
+    evaluated: list[float] = []
+    runs = []
+    for restore_at in (None, 1000.0 + 15 * 60):
+        d, out = straggler.Detector(), Output()
+        for k in range(0, 25 * 60, 5):
+            ts = 1000.0 + k
+            if ts == restore_at:
+                d = straggler.Detector.from_state(json.loads(json.dumps(d.to_state())))
+            for node, every in (("a", 5), ("b", 60)):
+                if k % every:
+                    continue
+                gpus = []
+                for i in range(4):
+                    util, clock = 95.0, 1800
+                    if node == "a" and i == 3 and k >= 12 * 60:
+                        util, clock = 68.0, 1200
+                    gpus.append([f"{node}{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
+                d.add("job-1", ts, node, {"interval": float(every), "gpus": gpus}, "t", "p", decider, out,
+                      lambda kind, key, at, x, info: evaluated.append(at))
+        runs.append([(e["gpu_uuid"], e["node"], e["status"], e["detected_at"]) for e in out.events])
+    assert evaluated and all(1000.0 < at <= 1000.0 + 25 * 60 and at % 60 == 0 for at in evaluated)
+    assert [(g, s) for g, _, s, _ in runs[0]] == [("a3", "firing")]
+    assert 1000.0 + 12 * 60 < runs[0][0][3] <= 1000.0 + 18 * 60       # four epochs once its window shows it
+    assert runs[1] == runs[0]                          # saved and restored midway: the same alert

@@ -224,7 +224,7 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
         urgent = [False] * len(rows)
     held_back = getattr(module(kind), "held_back", None) if precedence else None
     for (key, ts, _x, info), p, u in zip(rows, positive, urgent):
-        if p and held_back is not None and held_back(key, info["node"], tracker):
+        if p and not u and held_back is not None and held_back(key, info, tracker):
             p = False
         tracker.observe(key, p, ts, decider, info, out, describe, urgent=u)
     fired = [e for e in out.events if e["status"] == "firing"]

@@ -338,7 +338,7 @@ class Detector:
             seen.add(key)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
-            if positive and held_back(key, node, self.incidents):
+            if positive and held_back(key, info, self.incidents):
                 positive = False
                 held.add(info["job"])    # not paged, but starved with the node's input path: not a straggler
             self.incidents.observe(key, positive, at, decider, info, out, describe)
@@ -393,13 +393,13 @@ def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider)
     return [j and x[_DROP] >= SHARED_DROP_SHARE * furthest for (_, x, _, _), j in zip(scored, judged)]
 
 
-def held_back(key: str, node: str, incidents: Incidents) -> bool:
+def held_back(key: str, info: dict, incidents: Incidents) -> bool:
     """A job not paged yet, while another job's starvation incident is open on its node: the node's input path
     is paged already (a job beside a starved one slows with the host; it does not wait for input of its own).
     Training replays its incidents through this same rule."""
     if incidents.is_open(key):
         return False
-    prefix = f"{KIND}:{node}/"
+    prefix = f"{KIND}:{info['node']}/"
     return any(k != key and k.startswith(prefix) and incidents.is_open(k) for k in incidents.by_key)
 
 

@@ -20,6 +20,14 @@ model's ``urgent_score`` (tuned in training with the threshold) opens the incide
 (:func:`urgent`): the nearer the OOM, the less certainty asked before paging, since the page is worth
 nothing after it.
 
+Shared with other jobs: a positive window does not open an incident (``held_back``) while at least
+``SHARED_PEERS`` GPUs of other jobs on the node grew with it in the same half hour, at least half as fast
+(``shared``). Unrelated programs do not leak in step; replicas of a service, scheduled as jobs of their own behind
+one load balancer, take more requests together and their caches grow together. A leak in every rank of one
+training job is one job's and still pages on each rank. An incident already paged goes on (others growing beside
+it later do not resolve it), and an urgent window (below) is never held back: the page near the OOM is worth more
+than the doubt.
+
 Precedence: a process that dies and restarts on a GPU (a new pid) makes the GPU look idle or slow for
 a while; the other detectors leave that GPU out for ``RESTART_QUIET_S`` (see :meth:`restarted`).
 """
@@ -63,6 +71,7 @@ LOAD_MINUTES = 31            # the loads the features read: the last 30 minutes'
 WARMUP_MIN = 10.0            # a process's first minutes are its warm-up: never judged
 RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other detectors this long
 CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical, and a window may be urgent
+SHARED_PEERS = 2             # GPUs of other jobs on the node that grew with it, for a rise to be shared
 
 
 _WHOLE = 2.0 ** 53           # a double holds every whole number below this exactly
@@ -409,7 +418,8 @@ class Detector:
     def _evaluate(self, msg, due: list[tuple], decider: Decider, out: Output, recorder: Recorder | None) -> None:
         """The closed minutes of one message's GPUs, in the message's GPU order: ``(gpu, features or None,
         pid, the minute's peak, the GPU's memory)``."""
-        scores = iter(decider.score_many([x for _, x, _, _, _ in due if x is not None]))
+        judged = [(x, g.job) for g, x, *_ in due if x is not None]
+        scores, flags = iter(decider.score_many([x for x, _ in judged])), iter(shared(judged))
         for g, x, pid, used, total in due:
             key = f"{KIND}:{g.uuid}"
             if x is None:
@@ -421,11 +431,13 @@ class Detector:
             info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
                     "index": g.index, "pid": pid, "score": round(score, 4), "rate_gb_h": rate * total / 1e9,
                     "used_gb": used / 1e9, "total_gb": total / 1e9, "to_oom_min": oom, "rate_over_min": over,
-                    "severity": "critical" if oom <= CRITICAL_MIN else "warning"}
+                    "severity": "critical" if oom <= CRITICAL_MIN else "warning", "shared": next(flags)}
             if recorder is not None:
                 recorder(KIND, key, msg.ts, x, info)
-            self.incidents.observe(key, decide(x, score, decider), msg.ts, decider, info, out, describe,
-                                   urgent=urgent(x, score, decider))
+            positive, now = decide(x, score, decider), urgent(x, score, decider)
+            if positive and not now and held_back(key, info, self.incidents):
+                positive = False
+            self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
 
     def to_state(self) -> dict:
         return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
@@ -443,6 +455,21 @@ class Detector:
 
 def decide(x: list[float], score: float, decider: Decider) -> bool:
     return applies(x) and (score >= decider.threshold or urgent(x, score, decider))
+
+
+def shared(windows: Sequence[tuple[list[float], object]]) -> list[bool]:
+    """One closed minute of one node, ``(features, job)`` for each GPU judged in it: whether each GPU's rise is
+    shared, ``SHARED_PEERS`` GPUs of other jobs on the node growing in the same half hour at least half as fast
+    (recorded with the window, so training reads the stream's very flag)."""
+    rising = [(job, x[_SLOPE_30]) for x, job in windows if applies(x)]
+    return [applies(x) and sum(1 for j, s in rising if j != job and s >= 0.5 * x[_SLOPE_30]) >= SHARED_PEERS
+            for x, job in windows]
+
+
+def held_back(key: str, info: dict, incidents: Incidents) -> bool:
+    """A positive window whose rise is shared with other jobs (:func:`shared`) opens no incident; one already paged
+    goes on. Training replays its incidents through this same rule (urgent windows are never held back)."""
+    return bool(info.get("shared")) and not incidents.is_open(key)
 
 
 def urgent(x: list[float], score: float, decider: Decider) -> bool:

@@ -332,8 +332,9 @@ def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_b
     assert [(e["job"], e["detected_at"]) for e in plain] == [("infer-1", 30), ("nb-2", 60), ("nb-3", 60)]
     open_a = Incidents()
     open_a.observe(a, True, 30.0, decider, {}, Output(), lambda *args: {})
-    assert io_starvation.held_back(b, "n1", open_a) and not io_starvation.held_back(a, "n1", open_a)
-    assert not io_starvation.held_back(c, "n2", open_a)
+    n1, n2 = {"node": "n1"}, {"node": "n2"}
+    assert io_starvation.held_back(b, n1, open_a) and not io_starvation.held_back(a, n1, open_a)
+    assert not io_starvation.held_back(c, n2, open_a)
 
 
 def test_a_job_held_back_beside_a_starved_one_is_starved_for_the_other_detectors():
@@ -445,14 +446,69 @@ def test_a_leak_near_its_oom_is_urgent_with_less_certainty_and_one_far_from_it_i
     oom, rate, over = memory_leak.oom_estimate(fl)
     assert memory_leak.minutes_to_oom(fl) > 60 and oom == pytest.approx((total - late[-1]) / (20e9 / 60), rel=0.15)
     assert rate * total == pytest.approx(20e9, rel=0.05) and over == 10     # the rate of the nearer estimate
-    assert memory_leak.urgent(fl, 0.92, km) and memory_leak.decide(fl, 0.92, km)
-    assert not memory_leak.urgent(fl, 0.85, km) and not memory_leak.decide(fl, 0.85, km)
-    assert not memory_leak.urgent(ff, 0.97, km) and not memory_leak.decide(ff, 0.97, km)
-    assert memory_leak.decide(ff, 0.98, km) and not memory_leak.urgent(ff, 0.99, km)
+    def decide(x, score):
+        return memory_leak.decide(x, score, km)
+
+    assert memory_leak.urgent(fl, 0.92, km) and decide(fl, 0.92)
+    assert not memory_leak.urgent(fl, 0.85, km) and not decide(fl, 0.85)
+    assert not memory_leak.urgent(ff, 0.97, km) and not decide(ff, 0.97)
+    assert decide(ff, 0.98) and not memory_leak.urgent(ff, 0.99, km)
     km.threshold = 0.8                                                    # a lower threshold asks no more than itself
     assert memory_leak.urgent(fl, 0.85, km)
     km.urgent_score = None                                                # a model without urgency: never urgent
-    assert not memory_leak.urgent(fl, 0.99, km) and memory_leak.decide(fl, 0.99, km)
+    assert not memory_leak.urgent(fl, 0.99, km) and decide(fl, 0.99)
+
+
+def _leak_node(memory, job=lambda i: f"svc-{i}", minutes=70, gpus=4, urgent_score=None):
+    """A node of ``gpus`` GPUs sampled every 5 s for ``minutes``, ``memory(gpu, minute)`` and ``job(gpu)`` each,
+    through the stream's leak detector with every window of a process 30 minutes old or more scored 0.99
+    (threshold 0.9, one window to fire): the GPUs the stream paged, those training's replay of the recorded windows
+    pages, and the stream's events."""
+    from types import SimpleNamespace as NS
+    span = memory_leak.FEATURES.index("span")
+
+    def score_many(xs):
+        return [0.99 if x[span] >= 0.5 else 0.0 for x in xs]
+
+    decider = type("D", (), {"threshold": 0.9, "persist_on": 1, "persist_off": 1, "urgent_score": urgent_score,
+                             "score_many": staticmethod(score_many)})()
+    rows: list[tuple] = []
+    detector = memory_leak.Detector()
+    ctx = NS(out=Output(), recorder=lambda kind, key, ts, x, info: rows.append((key, ts, x, info)),
+             flags=NS(quiet=set(), starved=set()))
+    for k in range(12 * minutes):
+        m = k / 12
+        sample = [NS(uuid=f"g{i}", index=i, util_pct=50.0, mem_used_bytes=memory(i, m), mem_total_bytes=24e9,
+                     processes=[NS(pid=100 + i)], job=job(i), tenant="t") for i in range(gpus)]
+        detector.add(NS(ts=6000.0 + 5 * k, node="n1", pool="p", gpus=sample), decider, ctx)
+    paged = {e["gpu_uuid"] for e in ctx.out.events if e["status"] == "firing"}
+    scores = score_many([x for _, _, x, _ in rows])
+    replayed = {e["gpu_uuid"] for e in incidents("memory_leak", rows, decider, scores)}
+    return paged, replayed, [(e["gpu_uuid"], e["status"]) for e in ctx.out.events]
+
+
+def test_memory_that_grows_on_a_nodes_replicas_together_is_not_a_leak_and_every_rank_of_one_job_leaking_is():
+    rising = lambda i, m: 20.0 + max(0.0, m - 10) * 1.2                  # requests grow from minute 10 on, for all
+    cache = lambda i, m: 4e9 + rising(i, m) * 0.03e9                      # a KV cache that follows them: 2.2 GB/h
+    # three replicas behind one balancer, each a job of its own, a fourth GPU idle: nothing leaks, whatever the score
+    paged, replayed, _ = _leak_node(lambda i, m: cache(i, m) if i < 3 else 5e9)
+    assert paged == replayed == set()
+    # one of them leaks beside the breathing: its memory grows more than twice as fast as the others'
+    paged, replayed, _ = _leak_node(lambda i, m: cache(i, m) + (6e9 * m / 60 if i == 0 else 0.0) if i < 3 else 5e9)
+    assert paged == replayed == {"g0"}
+    # every rank of one training job leaking alike: one job's leak, paged on each rank
+    paged, replayed, _ = _leak_node(lambda i, m: 8e9 + 2e9 * m / 60, job=lambda i: "train")
+    assert paged == replayed == {"g0", "g1", "g2", "g3"}
+    # two replicas whose memory grows: one other job growing beside it is not enough to call it shared
+    paged, replayed, _ = _leak_node(lambda i, m: cache(i, m) if i < 2 else 8e9)
+    assert paged == replayed == {"g0", "g1"}
+    # a leak paged before two other jobs' memory began to grow beside it goes on: one page, never resolved
+    paged, replayed, events = _leak_node(lambda i, m: 8e9 + 2e9 * m / 60 if i == 0 else
+                                         8e9 + 2e9 * max(0.0, m - 35) / 60 if i < 3 else 5e9, minutes=80)
+    assert paged == replayed == {"g0"} and events == [("g0", "firing")]
+    # near the out-of-memory the page goes out even so (urgent): 24 GB reached within the 70 minutes
+    paged, replayed, _ = _leak_node(lambda i, m: 8e9 + max(0.0, m - 10) * 0.27e9 if i < 3 else 5e9, urgent_score=0.95)
+    assert paged == replayed == {"g0", "g1", "g2"}
 
 
 LABELS = [

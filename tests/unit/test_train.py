@@ -74,13 +74,13 @@ def test_tuning_takes_urgency_where_only_it_catches_leaks_before_the_oom_without
                            "end": 8400.0, "oom_at": 8400.0, "reaches_oom": True})
         for minute in range(60, 140):                                 # 0.45 of the memory an hour: out at 140
             rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0,
-                                            window((140 - minute) / 60 * 0.45, 0.45), {"gpu_uuid": uuid}))
+                                            window((140 - minute) / 60 * 0.45, 0.45), {"gpu_uuid": uuid, "node": "n1"}))
             scores.append(0.96 if minute >= 125 and minute % 2 else 0.1)
     for g in range(20):
         uuid = f"GPU-ok-{g}"
         for minute in range(0, 300):
             rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0, window(0.8, 0.01),
-                                            {"gpu_uuid": uuid}))
+                                            {"gpu_uuid": uuid, "node": "n2"}))
             scores.append(0.99 if (minute + g) % 37 == 0 else 0.1)
     rec.gpu_hours = 30 * 5.0
     km = Model.untrained().kinds["memory_leak"]

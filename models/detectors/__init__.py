@@ -1,7 +1,8 @@
 """The detectors, one module per kind, found through this registry.
 
 Each module holds its window state (typed, saved by name), its features (named), its decision (``applies``
-and ``decide``, and optionally ``urgent``: a positive that opens the incident at once), its incidents'
+and ``decide``, and optionally ``urgent``: a positive that opens the incident at once, and ``held_back``: a
+positive window that opens no incident, given the window's info and the incidents open), its incidents'
 wording (``describe``), its threshold baseline (``baseline``) and the stage it runs on (``STAGE``). The
 stream (streams/node.py, streams/jobs.py), training (models/train.py), evaluation and its baselines, and
 the simulated fleet's faults all read :data:`REGISTRY`: adding a kind is one module, one line here, and a

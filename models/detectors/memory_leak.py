@@ -461,9 +461,10 @@ def shared(windows: Sequence[tuple[list[float], object]]) -> list[bool]:
     """One closed minute of one node, ``(features, job)`` for each GPU judged in it: whether each GPU's rise is
     shared, ``SHARED_PEERS`` GPUs of other jobs on the node growing in the same half hour at least half as fast
     (recorded with the window, so training reads the stream's very flag)."""
-    rising = [(job, x[_SLOPE_30]) for x, job in windows if applies(x)]
-    return [applies(x) and sum(1 for j, s in rising if j != job and s >= 0.5 * x[_SLOPE_30]) >= SHARED_PEERS
-            for x, job in windows]
+    judged = [applies(x) for x, _ in windows]
+    rising = [(job, x[_SLOPE_30]) for (x, job), ok in zip(windows, judged) if ok]
+    return [ok and sum(1 for j, s in rising if j != job and s >= 0.5 * x[_SLOPE_30]) >= SHARED_PEERS
+            for (x, job), ok in zip(windows, judged)]
 
 
 def held_back(key: str, info: dict, incidents: Incidents) -> bool:

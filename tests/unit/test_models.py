@@ -446,17 +446,14 @@ def test_a_leak_near_its_oom_is_urgent_with_less_certainty_and_one_far_from_it_i
     oom, rate, over = memory_leak.oom_estimate(fl)
     assert memory_leak.minutes_to_oom(fl) > 60 and oom == pytest.approx((total - late[-1]) / (20e9 / 60), rel=0.15)
     assert rate * total == pytest.approx(20e9, rel=0.05) and over == 10     # the rate of the nearer estimate
-    def decide(x, score):
-        return memory_leak.decide(x, score, km)
-
-    assert memory_leak.urgent(fl, 0.92, km) and decide(fl, 0.92)
-    assert not memory_leak.urgent(fl, 0.85, km) and not decide(fl, 0.85)
-    assert not memory_leak.urgent(ff, 0.97, km) and not decide(ff, 0.97)
-    assert decide(ff, 0.98) and not memory_leak.urgent(ff, 0.99, km)
+    assert memory_leak.urgent(fl, 0.92, km) and memory_leak.decide(fl, 0.92, km)
+    assert not memory_leak.urgent(fl, 0.85, km) and not memory_leak.decide(fl, 0.85, km)
+    assert not memory_leak.urgent(ff, 0.97, km) and not memory_leak.decide(ff, 0.97, km)
+    assert memory_leak.decide(ff, 0.98, km) and not memory_leak.urgent(ff, 0.99, km)
     km.threshold = 0.8                                                    # a lower threshold asks no more than itself
     assert memory_leak.urgent(fl, 0.85, km)
     km.urgent_score = None                                                # a model without urgency: never urgent
-    assert not memory_leak.urgent(fl, 0.99, km) and decide(fl, 0.99)
+    assert not memory_leak.urgent(fl, 0.99, km) and memory_leak.decide(fl, 0.99, km)
 
 
 def _leak_node(memory, job=lambda i: f"svc-{i}", minutes=70, gpus=4, urgent_score=None):

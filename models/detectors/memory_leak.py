@@ -29,7 +29,9 @@ it later do not resolve it), and an urgent window (below) is never held back: th
 than the doubt.
 
 Precedence: a process that dies and restarts on a GPU (a new pid) makes the GPU look idle or slow for
-a while; the other detectors leave that GPU out for ``RESTART_QUIET_S`` (see :meth:`restarted`).
+a while; the other detectors leave that GPU out for ``RESTART_QUIET_S`` (see :meth:`restarted`): after a
+process replaced by another, after a process died, and after a process started within ``RESTART_QUIET_S`` of
+the last one's death (a job relaunched after a crash reloads its checkpoint with its GPUs idle).
 """
 from __future__ import annotations
 
@@ -162,7 +164,8 @@ class MemoryTrack:
     pid: int | None
     since: float                    # ts of the first sample of this process
     total: float                    # the GPU's memory
-    restarted_at: float | None = None   # ts this process replaced another one
+    restarted_at: float | None = None   # ts this process replaced another one (without a process: ts the last
+                                        # one died)
 
     def to_state(self) -> dict:
         return {**save_fields(self), "minutes": self.minutes.doubles().tolist(), "loads": self.loads.tolist()}
@@ -283,6 +286,15 @@ def _corr(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sum(map(mul, dx, dy)) / math.sqrt(sxx * syy)
 
 
+def _restart(m: MemoryTrack, pid: int | None, ts: float) -> bool:
+    """Is the GPU's change from ``m``'s process to ``pid`` a restart? A process replaced by another, a process
+    that died, and one started within ``RESTART_QUIET_S`` of the death of the last (a job relaunched after a crash
+    reloads its checkpoint with its GPUs idle). A first process on a GPU that had none is not."""
+    if m.pid is not None:
+        return True
+    return pid is not None and m.restarted_at is not None and ts - m.since < RESTART_QUIET_S
+
+
 def _judgeable(history: Sequence[float], total: float) -> bool:
     """Ten minutes of history, on a GPU whose memory is known: enough to tell."""
     return len(history) >= 10 and bool(total)
@@ -392,7 +404,7 @@ class Detector:
         pid = g.processes[0].pid if g.processes else None
         m = self.tracks.get(g.uuid)
         if m is None or m.pid != pid:                 # a new process: its memory history starts again
-            restarted = ts if m is not None and m.pid is not None and pid is not None else None
+            restarted = ts if m is not None and _restart(m, pid, ts) else None
             m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, Peaks(), array("d"), 0.0, 0, pid, ts,
                                                   g.mem_total_bytes, restarted)
         elif minute > m.minute:

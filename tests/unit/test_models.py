@@ -879,3 +879,37 @@ def test_a_job_whose_nodes_sample_at_different_intervals_is_judged_at_the_pace_o
     assert [(g, s) for g, _, s, _ in runs[0]] == [("a3", "firing")]
     assert 1000.0 + 12 * 60 < runs[0][0][3] <= 1000.0 + 18 * 60       # four epochs once its window shows it
     assert runs[1] == runs[0]                          # saved and restored midway: the same alert
+
+
+def test_a_job_relaunched_after_its_process_died_is_a_restart_and_a_first_process_is_not():
+    """The other detectors leave a restarted GPU out (``restarted``): a process replaced by another, a process
+    that died, and one started soon after the death (a relaunch reloading its checkpoint, GPUs idle). A first
+    process on a GPU, or one started long after the last died, is not a restart."""
+    from types import SimpleNamespace as NS
+    decider = type("D", (), {"threshold": 2.0, "persist_on": 1, "persist_off": 1, "urgent_score": 2.0,
+                             "score_many": staticmethod(lambda xs: [0.0] * len(xs))})()
+    quiet_s = memory_leak.RESTART_QUIET_S
+
+    def run(pids: dict[float, int | None]) -> dict[float, bool]:
+        """pid on GPU g0 from each ts on (10 s samples); whether g0 is restarted at each ts."""
+        detector, ctx = memory_leak.Detector(), NS(out=Output(), recorder=None, flags=NS(quiet=set(), starved=set()))
+        quiet, pid, end = {}, None, max(pids) + 2 * quiet_s
+        for ts in range(0, int(end), 10):
+            pid = pids.get(float(ts), pid)
+            gpu = NS(uuid="g0", index=0, util_pct=1.0, mem_used_bytes=2e10, mem_total_bytes=8e10,
+                     processes=[NS(pid=pid)] if pid is not None else [], job="j", tenant="t")
+            detector.add(NS(ts=float(ts), node="n1", pool="p", gpus=[gpu]), decider, ctx)
+            quiet[float(ts)] = "g0" in detector.restarted(float(ts))
+        return quiet
+
+    first = run({0.0: None, 600.0: 7})                               # a fresh GPU's first process
+    assert not any(first.values())
+    replaced = run({0.0: 7, 1000.0: 8})
+    assert not replaced[990.0] and replaced[1000.0] and replaced[1000.0 + quiet_s - 10] \
+        and not replaced[1000.0 + quiet_s]
+    relaunched = run({0.0: 7, 1000.0: None, 1140.0: 8})              # died, relaunched 140 s later
+    assert relaunched[1000.0] and relaunched[1140.0] and relaunched[1140.0 + quiet_s - 10] \
+        and not relaunched[1140.0 + quiet_s]
+    late = run({0.0: 7, 1000.0: None, 1000.0 + quiet_s + 100: 8})    # started long after the death: a new start
+    assert late[1000.0] and not late[1000.0 + quiet_s] and not any(
+        q for ts, q in late.items() if ts >= 1000.0 + quiet_s)

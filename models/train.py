@@ -184,7 +184,7 @@ def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> lis
     m = module(kind)
     group = getattr(m, "EPOCH", None)           # "job" or "node": the detector decides an epoch of it at once
     if group is None:
-        return [m.decide(x, score, decider) for (_, _, x, _), score in zip(rows, scores)]
+        return [m.decide(x, score, decider, info) for (_, _, x, info), score in zip(rows, scores)]
     out = [False] * len(rows)
     epochs: dict[tuple, list[int]] = {}
     for i, (_, ts, _, info) in enumerate(rows):
@@ -201,7 +201,7 @@ def urgents(kind: str, rows: list[tuple], scores: list[float], decider) -> list[
     rule = getattr(module(kind), "urgent", None)
     if rule is None:
         return [False] * len(rows)
-    return [rule(x, score, decider) for (_, _, x, _), score in zip(rows, scores)]
+    return [rule(x, score, decider, info) for (_, _, x, info), score in zip(rows, scores)]
 
 
 def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None = None,

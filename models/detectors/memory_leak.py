@@ -20,6 +20,13 @@ model's ``urgent_score`` (tuned in training with the threshold) opens the incide
 (:func:`urgent`): the nearer the OOM, the less certainty asked before paging, since the page is worth
 nothing after it.
 
+Runaway: a leak that fills the GPU within half an hour leaves no time for the 30-minute features to fill (the
+trees score such a window low until its last minutes: a fast leak was paged a minute or two before its OOM).
+A process whose memory rose in each of the last ``RUNAWAY_MIN`` minutes by at least ``RUNAWAY_STEP`` of the GPU's
+memory, all of it past the warm-up, and that runs out within ``CRITICAL_MIN`` at the rate of those minutes, is
+urgent whatever the score (:func:`runaway`). A model loading or a cache warming up rises too, but in the warm-up,
+or in steps that then hold; rising every minute to the OOM is what a leak does.
+
 Shared with other jobs: a positive window does not open an incident (``held_back``) while at least
 ``SHARED_PEERS`` GPUs of other jobs on the node grew with it in the same half hour, at least half as fast
 (``shared``). Unrelated programs do not leak in step; replicas of a service, scheduled as jobs of their own behind
@@ -74,6 +81,8 @@ WARMUP_MIN = 10.0            # a process's first minutes are its warm-up: never 
 RESTART_QUIET_S = 300.0      # after a restart the GPU is left out of the other detectors this long
 CRITICAL_MIN = 30.0          # time to the OOM under which the alert is critical, and a window may be urgent
 SHARED_PEERS = 2             # GPUs of other jobs on the node that grew with it, for a rise to be shared
+RUNAWAY_MIN = 5              # minutes in a row of growth for a runaway
+RUNAWAY_STEP = 0.01          # the least growth of each of those minutes, a share of the GPU's memory (60% an hour)
 
 
 _WHOLE = 2.0 ** 53           # a double holds every whole number below this exactly
@@ -334,6 +343,23 @@ def features(history: Sequence[float], total: float, age_min: float,
             *(trends if trends is not None else _trends(last60, len(last30)))]
 
 
+def runaway(history: Sequence[float], total: float, age_min: float) -> tuple[float, float, int] | None:
+    """A runaway (see the module's docstring): ``(minutes to the OOM, rate as a share of the GPU's memory an hour,
+    the minutes it was measured over)`` at the rate of the last ``RUNAWAY_MIN`` minutes, or None where the memory
+    did not rise every one of them by ``RUNAWAY_STEP`` of the GPU's memory, past the warm-up, to run out within
+    ``CRITICAL_MIN``."""
+    n = RUNAWAY_MIN
+    if not total or len(history) <= n or age_min - n < WARMUP_MIN:
+        return None
+    tail = history[-(n + 1):]
+    least = RUNAWAY_STEP * total
+    if any(b - a < least for a, b in zip(tail, tail[1:])):
+        return None
+    per_min = (tail[-1] - tail[0]) / n
+    to_oom = max(0.0, total - tail[-1]) / per_min
+    return (to_oom, per_min * 60.0 / total, n) if to_oom <= CRITICAL_MIN else None
+
+
 def features_many(items: Sequence[tuple[Sequence[float], float, float, Sequence[float]] | None]) \
         -> list[list[float] | None]:
     """:func:`features` of several GPUs (``(history, total, age_min, loads)`` each, or None: not judged), their
@@ -391,9 +417,11 @@ class Detector:
         for g in msg.gpus:
             self._sample(msg, g, due)
         if due:
-            xs = features_many([None if m is None else (m.minutes.doubles(), m.total, age, m.loads)
-                                for _, m, age, *_ in due])
-            self._evaluate(msg, [(g, x, pid, used, total) for (g, _, _, pid, used, total), x in zip(due, xs)],
+            items = [None if m is None else (m.minutes.doubles(), m.total, age, m.loads) for _, m, age, *_ in due]
+            xs = features_many(items)
+            runs = [None if item is None else runaway(*item[:3]) for item in items]
+            self._evaluate(msg, [(g, x, pid, used, total, run)
+                                 for (g, _, _, pid, used, total), x, run in zip(due, xs, runs)],
                            decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
 
@@ -429,10 +457,10 @@ class Detector:
 
     def _evaluate(self, msg, due: list[tuple], decider: Decider, out: Output, recorder: Recorder | None) -> None:
         """The closed minutes of one message's GPUs, in the message's GPU order: ``(gpu, features or None,
-        pid, the minute's peak, the GPU's memory)``."""
+        pid, the minute's peak, the GPU's memory, its :func:`runaway` or None)``."""
         judged = [(x, g.job) for g, x, *_ in due if x is not None]
         scores, flags = iter(decider.score_many([x for x, _ in judged])), iter(shared(judged))
-        for g, x, pid, used, total in due:
+        for g, x, pid, used, total, run in due:
             key = f"{KIND}:{g.uuid}"
             if x is None:
                 if key in self.incidents.by_key:
@@ -440,13 +468,16 @@ class Detector:
                 continue
             score = next(scores)
             oom, rate, over = oom_estimate(x)
+            if run is not None and run[0] < oom:          # the nearest estimate: a runaway's own minutes
+                oom, rate, over = run
             info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
                     "index": g.index, "pid": pid, "score": round(score, 4), "rate_gb_h": rate * total / 1e9,
                     "used_gb": used / 1e9, "total_gb": total / 1e9, "to_oom_min": oom, "rate_over_min": over,
-                    "severity": "critical" if oom <= CRITICAL_MIN else "warning", "shared": next(flags)}
+                    "severity": "critical" if oom <= CRITICAL_MIN else "warning", "shared": next(flags),
+                    "runaway": run is not None}
             if recorder is not None:
                 recorder(KIND, key, msg.ts, x, info)
-            positive, now = decide(x, score, decider), urgent(x, score, decider)
+            positive, now = decide(x, score, decider, info), urgent(x, score, decider, info)
             if positive and not now and held_back(key, info, self.incidents):
                 positive = False
             self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
@@ -465,8 +496,8 @@ class Detector:
         return d
 
 
-def decide(x: list[float], score: float, decider: Decider) -> bool:
-    return applies(x) and (score >= decider.threshold or urgent(x, score, decider))
+def decide(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+    return applies(x) and (score >= decider.threshold or urgent(x, score, decider, info))
 
 
 def shared(windows: Sequence[tuple[list[float], object]]) -> list[bool]:
@@ -485,13 +516,16 @@ def held_back(key: str, info: dict, incidents: Incidents) -> bool:
     return bool(info.get("shared")) and not incidents.is_open(key)
 
 
-def urgent(x: list[float], score: float, decider: Decider) -> bool:
-    """A positive window that opens the incident at once: the memory runs out within ``CRITICAL_MIN`` at the
-    nearer estimate, and the score is at least the model's ``urgent_score`` (or the threshold, where that is
-    lower; never, where the model has none)."""
+def urgent(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+    """A positive window that opens the incident at once: a runaway (the window's ``info`` says so, whatever the
+    score), or the memory runs out within ``CRITICAL_MIN`` at the nearer estimate and the score is at least the
+    model's ``urgent_score`` (or the threshold, where that is lower; never, where the model has none)."""
+    if not applies(x):
+        return False
+    if info is not None and info.get("runaway"):
+        return True
     least = decider.urgent_score
-    return least is not None and applies(x) and score >= min(least, decider.threshold) and \
-        oom_estimate(x)[0] <= CRITICAL_MIN
+    return least is not None and score >= min(least, decider.threshold) and oom_estimate(x)[0] <= CRITICAL_MIN
 
 
 def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:

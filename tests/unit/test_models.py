@@ -456,16 +456,17 @@ def test_a_leak_near_its_oom_is_urgent_with_less_certainty_and_one_far_from_it_i
     assert not memory_leak.urgent(fl, 0.99, km) and memory_leak.decide(fl, 0.99, km)
 
 
-def _leak_node(memory, job=lambda i: f"svc-{i}", minutes=70, gpus=4, urgent_score=None):
+def _leak_node(memory, job=lambda i: f"svc-{i}", minutes=70, gpus=4, urgent_score=None, trees=True,
+               events: list | None = None):
     """A node of ``gpus`` GPUs sampled every 5 s for ``minutes``, ``memory(gpu, minute)`` and ``job(gpu)`` each,
     through the stream's leak detector with every window of a process 30 minutes old or more scored 0.99
-    (threshold 0.9, one window to fire): the GPUs the stream paged, those training's replay of the recorded windows
-    pages, and the stream's events."""
+    (threshold 0.9, one window to fire; ``trees=False``: every window scored 0): the GPUs the stream paged, those
+    training's replay of the recorded windows pages, and the stream's events (whole, into ``events`` if given)."""
     from types import SimpleNamespace as NS
     span = memory_leak.FEATURES.index("span")
 
     def score_many(xs):
-        return [0.99 if x[span] >= 0.5 else 0.0 for x in xs]
+        return [0.99 if trees and x[span] >= 0.5 else 0.0 for x in xs]
 
     decider = type("D", (), {"threshold": 0.9, "persist_on": 1, "persist_off": 1, "urgent_score": urgent_score,
                              "score_many": staticmethod(score_many)})()
@@ -481,7 +482,10 @@ def _leak_node(memory, job=lambda i: f"svc-{i}", minutes=70, gpus=4, urgent_scor
     paged = {e["gpu_uuid"] for e in ctx.out.events if e["status"] == "firing"}
     scores = score_many([x for _, _, x, _ in rows])
     replayed = {e["gpu_uuid"] for e in incidents("memory_leak", rows, decider, scores)}
+    if events is not None:
+        events += ctx.out.events
     return paged, replayed, [(e["gpu_uuid"], e["status"]) for e in ctx.out.events]
+
 
 
 def test_memory_that_grows_on_a_nodes_replicas_together_is_not_a_leak_and_every_rank_of_one_job_leaking_is():
@@ -913,3 +917,32 @@ def test_a_job_relaunched_after_its_process_died_is_a_restart_and_a_first_proces
     late = run({0.0: 7, 1000.0: None, 1000.0 + quiet_s + 100: 8})    # started long after the death: a new start
     assert late[1000.0] and not late[1000.0 + quiet_s] and not any(
         q for ts, q in late.items() if ts >= 1000.0 + quiet_s)
+
+
+def test_memory_that_runs_away_to_the_oom_is_paged_in_minutes_whatever_the_trees_say():
+    """A runaway (``memory_leak.runaway``): memory up by 1% of the GPU's or more in each of the last 5 minutes,
+    past the warm-up, out of memory within 30 minutes at that rate, opens the incident at once though the trees
+    score it 0; the stream and training's replay agree. A rise in the warm-up, one that stops, one too slow and
+    one far from the OOM are not runaways."""
+    fast = lambda i, m: 8e9 + max(0.0, m - 40) * 0.6e9 if i == 0 else 5e9      # 2.5% of 24 GB a minute from 40
+    events: list = []
+    paged, replayed, _ = _leak_node(fast, minutes=60, trees=False, events=events)
+    assert paged == replayed == {"g0"}
+    page = next(e for e in events if e["status"] == "firing")
+    started = 6000.0 + 40 * 60
+    assert started + 5 * 60 <= page["detected_at"] <= started + 7 * 60          # its fifth or sixth minute
+    assert page["severity"] == "critical" and "over the last 5 min" in page["summary"]
+    assert page["evidence"]["rate_bytes_per_h"] == pytest.approx(0.6e9 * 60, rel=0.05)
+    assert page["evidence"]["minutes_to_oom"] == pytest.approx((24e9 - (8e9 + 6 * 0.6e9)) / 0.6e9, abs=2.0)
+    assert _leak_node(fast, minutes=60)[0] == {"g0"}                             # with the trees as well
+    quiet = {
+        "in the warm-up": lambda i, m: 2e9 + min(m, 9.0) * 2e9,                  # a model loading, then held
+        "a rise that stops": lambda i, m: 8e9 + min(max(0.0, m - 40), 4.0) * 1.5e9,
+        "too slow a rise": lambda i, m: 20e9 + max(0.0, m - 40) * 0.2e9,          # 0.8% a minute, 13 min to the OOM
+        "far from the OOM": lambda i, m: 2e9 + min(max(0.0, m - 40), 8.0) * 0.3e9,  # 1.3% a minute for 8 min
+    }
+    for why, memory in quiet.items():
+        paged, replayed, _ = _leak_node(lambda i, m, f=memory: f(i, m) if i == 0 else 5e9, minutes=60, trees=False)
+        assert paged == replayed == set(), why
+    assert memory_leak.runaway([8e9 + k * 0.6e9 for k in range(30)], 24e9, age_min=30.0) is not None
+    assert memory_leak.runaway([8e9 + k * 0.6e9 for k in range(30)], 24e9, age_min=14.0) is None   # in the warm-up

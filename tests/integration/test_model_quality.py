@@ -26,18 +26,15 @@ def size_goal(goal: str) -> bool:
 
 DETECTED = ("straggler", "io_starvation", "memory_leak")
 # goals the packaged model misses on seed 503 (QUALITY.md), each with the floor it must keep
-# (seed 503's leaks were made harder when the simulator's processes got memory noise of their own: the model
-# before it scored 0.723 on the new fleet, 0.828 on the old one; the packaged model 0.72, with precision 1.0,
-# and 0.857 since urgent windows near the OOM open an incident at once; stragglers 0.857, 0.897 before the
-# threshold was tuned on scores of trees that had not seen the fleet)
-MISSED_ON_503 = {"straggler: F1": 0.85, "memory_leak: F1": 0.82,
+# (stragglers 0.857, 0.897 before the threshold was tuned on scores of trees that had not seen the fleet; leaks meet
+# F1 0.9 since runaways are paged at once: 0.933, 0.857 before, 0.72 before urgent windows near the OOM)
+MISSED_ON_503 = {"straggler: F1": 0.85,
                  # judged only after a fall of 10 points from the usual work: a starved inference service at
                  # low load falls less (QUALITY.md); 0.593 since a GPU handed to another job is judged by the
                  # new job's samples, 0.574 before, 0.549 before the IO trees were trained on GPUs starved at
                  # their fed pace
                  "io_starvation: F1": 0.5,
-                 "leaks of 30+ min: alert 10+ min before the OOM": None,        # 4 of 4 now (met), 3 of 4 then
-                 "leaks growing an hour or more: alerted within 60 min": None,  # 4 of 6
+                 "leaks growing an hour or more: alerted within 60 min": None,  # 4 of 6 (67%)
                  "false alerts <= 1 per 1,000 GPU-hours": None}                # 1.95 (3.3 before)
 
 
@@ -110,9 +107,10 @@ def test_the_packaged_model_on_a_held_out_fleet(tmp_path):
     det = evaluate_recording(rec, with_baselines=False)["detectors"]
     assert all(det.kinds[k].faults >= 10 for k in DETECTED)
     assert det.kinds["idle"].f1 == 1.0 and det.kinds["idle"].faults >= 50     # the idle rule is exact
-    # measured: 0.725, 0.75, 0.842. IO starvation was 0.889 with the trees before, which were chosen comparing
-    # candidates on this very fleet; the IO trees of now do better on the full-size held-out family (QUALITY.md)
-    floors = {"straggler": 0.7, "io_starvation": 0.7, "memory_leak": 0.8}
+    # measured: 0.725, 0.75, 0.952 (leaks 0.842 before runaways were paged at once). IO starvation was 0.889 with
+    # the trees before, which were chosen comparing candidates on this very fleet; the IO trees of now do better on
+    # the full-size held-out family (QUALITY.md)
+    floors = {"straggler": 0.7, "io_starvation": 0.7, "memory_leak": 0.9}
     for kind, floor in floors.items():
         assert det.kinds[kind].f1 >= floor, (kind, det.kinds[kind].f1)
         assert det.kinds[kind].precision >= 0.8, (kind, det.kinds[kind].precision)

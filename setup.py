@@ -22,14 +22,16 @@ def packages():
     for package, folder in FOLDERS.items():
         for root, dirs, files in os.walk(folder):
             dirs[:] = [d for d in dirs if not d.startswith((".", "__"))]
-            if "__init__.py" in files:
-                rel = os.path.relpath(root, folder)
-                found.append(package if rel == "." else package + "." + rel.replace(os.sep, "."))
+            rel = os.path.relpath(root, folder)
+            name = package if rel == "." else package + "." + rel.replace(os.sep, ".")
+            # a package, or a folder of data inside one (sql/migrations): setuptools warns of any it is not told of
+            if "__init__.py" in files or (files and name.rsplit(".", 1)[0] in found):
+                found.append(name)
     return found
 
 
 setup(
     packages=packages(),
     package_dir=FOLDERS,
-    package_data={"gpufleet.sql": ["migrations/*.sql"], "gpufleet.models": ["*.json"]},
+    package_data={"gpufleet.sql.migrations": ["*.sql"], "gpufleet.models": ["*.json"]},
 )

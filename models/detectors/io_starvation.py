@@ -70,6 +70,8 @@ FEATURES = ("util_mean", "util_low_frac", "util_spread", "iowait", "disk_read_gb
             "host_known", "util_drop", "drop_while_fetching")
 USUAL_TAU_S = 3600.0
 DROP_MIN = 0.10              # 10 points of utilization below the usual
+# or, for a job whose usual work is light (a service at low load), a fall by a third of it and 5 points at least
+DROP_SHARE, DROP_MIN_LIGHT = 1.0 / 3.0, 0.05
 SHARED_DROP_SHARE = 0.5      # beside a starved job of the node, a job that fell less than half as far is not paged
 EPOCH = "node"               # decide() takes one node's epoch: every job judged on the node at once
 NET_SCALE = 1.0e9            # bytes/s of host network receive that count as "a lot"
@@ -215,12 +217,23 @@ def features(util: Sequence[float], has_process: Sequence[float], host: Sequence
 _DROP = FEATURES.index("util_drop")
 
 
+_PROCS, _HOST_KNOWN, _UTIL = FEATURES.index("procs_frac"), FEATURES.index("host_known"), FEATURES.index("util_mean")
+
+
 def applies(x: list[float]) -> bool:
-    """Judged while the job's GPUs hold a process and have fallen at least DROP_MIN below their usual work,
-    on a node that reports its host's metrics (without them an idle GPU says nothing about its input). The
-    host's signals are the node's: beside a starved job, a job that goes on as usual is not starved."""
-    return x[FEATURES.index("procs_frac")] >= 0.5 and x[FEATURES.index("host_known")] > 0 \
-        and x[FEATURES.index("util_drop")] >= DROP_MIN
+    """Judged while the job's GPUs hold a process and have fallen from their usual work, at least DROP_MIN
+    (10 points) below it, or by DROP_SHARE of it (a third) and at least DROP_MIN_LIGHT (5 points) where that
+    work is light (a service at 15% utilization starved to 7% falls 8 points), on a node that reports its
+    host's metrics (without them an idle GPU says nothing about its input). The host's signals are the
+    node's: beside a starved job, a job that goes on as usual is not starved."""
+    procs = x[_PROCS]
+    if procs < 0.5 or x[_HOST_KNOWN] <= 0:
+        return False
+    drop = x[_DROP]
+    if drop >= DROP_MIN:
+        return True
+    usual = x[_UTIL] + drop / procs          # util_drop is the fall times the share of samples with a process
+    return drop >= DROP_MIN_LIGHT and drop >= DROP_SHARE * usual
 
 
 def cause(x: list[float]) -> tuple[str, list[str]]:

@@ -318,6 +318,27 @@ def test_beside_a_starved_job_a_job_of_the_node_that_fell_less_than_half_as_far_
     assert positives("io_starvation", rows, [0.99] * 5, decider) == [True, False, True, False, True]
 
 
+def test_a_job_of_light_usual_work_is_judged_once_it_fell_a_third_of_it():
+    def host():
+        w = io_starvation.HostWindow()
+        for i in range(12):
+            w.append(float(i), 24.0, 2.3e9, 1e7, 18.0)       # iowait and disk reads of a starved disk
+        return w.between(-1.0, 12.0)
+
+    def judged(now, usual, procs=1.0):
+        return io_starvation.applies(io_starvation.features([now] * 12, [procs] * 12, host(), usual=usual))
+
+    assert judged(7.0, 14.0)                 # a service at 14% starved to 7%: 7 points, half of its work
+    assert judged(10.0, 15.0)                # a third of it, 5 points
+    assert not judged(11.0, 15.0)            # 4 points: within a light service's own noise
+    assert not judged(30.0, 38.0)            # 8 points of 38: a busier job's wobble, not a third of it
+    assert judged(28.0, 38.0)                # 10 points: judged whatever its usual work
+    assert not judged(2.0, 4.0)              # half of 4%, but 2 points
+    assert not judged(7.0, 14.0, procs=0.4)  # without a process most of the window, never
+    # the fall is read as the features give it (times the share of samples with a process)
+    assert judged(7.0, 14.0, procs=0.75) and not judged(10.5, 15.0, procs=0.75)
+
+
 def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_back():
     decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
     a, b, c = ("io_starvation:n1/infer-1", "io_starvation:n1/nb-2", "io_starvation:n2/nb-3")

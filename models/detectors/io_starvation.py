@@ -214,10 +214,7 @@ def features(util: Sequence[float], has_process: Sequence[float], host: Sequence
             drop * max(paths)]
 
 
-_DROP = FEATURES.index("util_drop")
-
-
-_PROCS, _HOST_KNOWN, _UTIL = FEATURES.index("procs_frac"), FEATURES.index("host_known"), FEATURES.index("util_mean")
+_DROP, _UTIL, _PROCS, _HOST_KNOWN = (FEATURES.index(n) for n in ("util_drop", "util_mean", "procs_frac", "host_known"))
 
 
 def applies(x: list[float]) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA = "gpufleet.telemetry.v1"
 
@@ -24,9 +24,19 @@ MAX_PROCESSES = 256     # per GPU
 MAX_XIDS = 64           # per GPU per sample
 MAX_MESSAGE_BYTES = 1 << 20
 
-Pct = Annotated[float, Field(ge=0, le=100)]
-NonNeg = Annotated[float, Field(ge=0)]
-Count = Annotated[int, Field(ge=0)]
+
+
+def _not_bool(value):
+    """A JSON ``true`` is not the number 1 (pydantic's lax mode would take it as one)."""
+    if isinstance(value, bool):
+        raise ValueError("Input should be a number, not a boolean")
+    return value
+
+
+NotBool = BeforeValidator(_not_bool)
+Pct = Annotated[float, Field(ge=0, le=100), NotBool]
+NonNeg = Annotated[float, Field(ge=0), NotBool]
+Count = Annotated[int, Field(ge=0), NotBool]
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 Ident = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
 
@@ -37,7 +47,7 @@ class Process(BaseModel):
     """A compute process on a GPU."""
 
     model_config = _STRICT
-    pid: Annotated[int, Field(ge=0, le=2**31)]
+    pid: Annotated[int, Field(ge=0, le=2**31), NotBool]
     mem_used_bytes: NonNeg | None = None
 
 
@@ -67,7 +77,7 @@ class Gpu(BaseModel):
     uuid: Ident
     parent_uuid: Ident | None = None
     mig_profile: Ident | None = None
-    index: Annotated[int, Field(ge=0, le=4096)]
+    index: Annotated[int, Field(ge=0, le=4096), NotBool]
     model: Name | None = None
     tenant: Name | None = None
     job: Name | None = None
@@ -78,14 +88,14 @@ class Gpu(BaseModel):
     mem_total_bytes: NonNeg | None = None
     power_w: NonNeg | None = None
     power_limit_w: NonNeg | None = None
-    temp_c: Annotated[float, Field(ge=-50, le=200)] | None = None
+    temp_c: Annotated[float, Field(ge=-50, le=200), NotBool] | None = None
     sm_clock_mhz: NonNeg | None = None
     sm_clock_max_mhz: NonNeg | None = None
     pcie_rx_bytes_per_s: NonNeg | None = None
     pcie_tx_bytes_per_s: NonNeg | None = None
-    throttle_reasons: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    throttle_reasons: Annotated[int, Field(ge=0, le=2**63 - 1), NotBool] | None = None
     ecc_dbe_total: Count | None = None
-    xid_events: Annotated[list[Annotated[int, Field(ge=0, le=2**31)]], Field(max_length=MAX_XIDS)] = []
+    xid_events: Annotated[list[Annotated[int, Field(ge=0, le=2**31), NotBool]], Field(max_length=MAX_XIDS)] = []
     processes: Annotated[list[Process], Field(max_length=MAX_PROCESSES)] = []
 
     @model_validator(mode="after")
@@ -101,11 +111,11 @@ class Telemetry(BaseModel):
 
     model_config = _STRICT
     schema_: Literal["gpufleet.telemetry.v1"] = Field(alias="schema")
-    ts: Annotated[float, Field(gt=0, lt=32503680000)]  # before year 3000
+    ts: Annotated[float, Field(gt=0, lt=32503680000), NotBool]  # before year 3000
     node: Name
     collector_id: Ident | None = None
     seq: Count | None = None
-    interval_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    interval_s: Annotated[float, Field(gt=0, le=3600), NotBool] | None = None
     pool: Name | None = None
     dropped: Count | None = None
     host: Host | None = None
@@ -137,7 +147,7 @@ def _describe(err: ValidationError) -> str:
     parts = []
     for e in err.errors(include_url=False, include_input=False)[:3]:
         path = ".".join(str(p) for p in e["loc"]) or "(message)"
-        parts.append(f"{path}: {e['msg']}")
+        parts.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
     more = err.error_count() - len(parts)
     if more > 0:
         parts.append(f"and {more} more")
@@ -159,6 +169,22 @@ def parse(data: str | bytes | dict) -> Telemetry:
         return Telemetry.model_validate_json(data)
     except ValidationError as err:
         raise TelemetryError(_describe(err)) from None
+    except TelemetryError:
+        raise
+    except (RecursionError, MemoryError, ValueError, TypeError) as err:     # nesting, encoding, anything odd
+        raise TelemetryError(f"(message): cannot be read: {unreadable(err)}") from None
+
+
+def unreadable(err: BaseException) -> str:
+    """One line for an input that no parser could read (a message, a line, a file)."""
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 (byte {err.start})"
+    if isinstance(err, MemoryError):
+        return "too large to read"
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"[:300] if text else type(err).__name__
 
 
 def check_clock(msg: Telemetry, now: float, max_skew_s: float) -> None:
@@ -188,6 +214,7 @@ def control_kind(payload: str | bytes | dict) -> str | None:
         return None
     try:
         doc = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return doc.get("kind") if isinstance(doc, dict) and doc.get("schema") == CONTROL_SCHEMA else None
+    kind = doc.get("kind") if isinstance(doc, dict) and doc.get("schema") == CONTROL_SCHEMA else None
+    return kind if isinstance(kind, str) else None

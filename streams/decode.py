@@ -43,6 +43,8 @@ _BOUNDS = ("ge", "gt", "le", "lt", "min_length", "max_length")      # annotated_
 def _meta(constraints) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in constraints:
+        if c is contract.NotBool:            # msgspec never takes a bool for a number
+            continue
         if isinstance(c, FieldInfo):
             out.update(_meta(c.metadata))
         elif len(bound := [b for b in _BOUNDS if hasattr(c, b)]) == 1:
@@ -199,8 +201,8 @@ def decode(data: str | bytes | dict, share_names: bool = True) -> Any:
             raise TelemetryError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}", "too_large")
         else:
             msg = _DECODER.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        msg = None
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        msg = None                               # pydantic decides, and words the reason
     if msg is None or not _rules_hold(msg):
         msg = convert(contract.parse(data))      # raises with the contract's reason, or lax input accepted
     if share_names:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ALERT_SCHEMA: Literal["gpufleet.alert.v1"] = "gpufleet.alert.v1"
 DEADLETTER_SCHEMA: Literal["gpufleet.deadletter.v1"] = "gpufleet.deadletter.v1"
@@ -17,7 +17,7 @@ BILLING_SCHEMA: Literal["gpufleet.billing.v1"] = "gpufleet.billing.v1"
 MAX_DEAD_PAYLOAD = 64 * 1024
 
 AlertKind = Literal["straggler", "io_starvation", "memory_leak", "idle"]
-ReasonCode = Literal["invalid", "late", "clock_skew", "too_large"]
+ReasonCode = Literal["invalid", "late", "clock_skew", "too_large", "internal_error"]
 
 
 class Alert(BaseModel):
@@ -39,6 +39,46 @@ class Alert(BaseModel):
     score: float
     summary: str
     evidence: dict
+
+
+class AlertIn(BaseModel):
+    """An alert as a reader takes it from the topic: the fields it relies on, each of its type; newer fields and
+    kinds pass (a newer worker may add them), a field of the wrong type or shape does not."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+    schema_: Literal["gpufleet.alert.v1"] = Field(alias="schema")
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    dedup_key: Annotated[str, Field(min_length=1, max_length=1000)]
+    kind: Annotated[str, Field(min_length=1, max_length=100)]
+    status: Literal["firing", "resolved"]
+    severity: Literal["info", "warning", "critical"] = "warning"
+    node: str | None = None
+    gpu_uuid: str | None = None
+    job: str | None = None
+    tenant: str | None = None
+    pool: str | None = None
+    started_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    detected_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    resolved_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    score: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    summary: Annotated[str, Field(max_length=10_000)] = ""
+    evidence: dict = {}
+
+
+def alert_problem(event: object) -> str | None:
+    """Why ``event`` (decoded JSON) is not an alert a router can route and tell, or None."""
+    if not isinstance(event, dict):
+        return f"(message): an alert is an object, not {type(event).__name__}"
+    try:
+        AlertIn.model_validate(event)
+    except ValidationError as err:
+        e = err.errors(include_url=False, include_input=False)[0]
+        path = ".".join(str(p) for p in e["loc"]) or "(message)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        return f"{path}: {e['msg']}{more}"
+    except (RecursionError, ValueError, TypeError) as err:
+        return f"(message): cannot be read: {type(err).__name__}"
+    return None
 
 
 Money = Annotated[str, Field(pattern=r"^-?\d+\.\d{6}$")]     # a decimal string with 6 decimals, never a float

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from gpufleet.models.detectors import Detection, JobDetectors
 
 from .jobsample import CLOCK, POWER, UTIL, UUID
-from .output import Output, Table
+from .output import Output, Table, source_of
 from .state import StateError, check_version, load_fields, save_fields
 
 STATE_VERSION = 3
@@ -170,14 +170,20 @@ class JobProcessor:
         cut = bisect_left(pending, watermark, key=_ts)
         ready, self.pending = pending[:cut], pending[cut:]
         for p in ready:
-            if p.sample.get("leave"):
-                self.members.discard(p.node)
-                if not self.members:
-                    self.close(out)              # gone from every node: the job's last minute is complete
-                    self.detect.end(p.ts, out)
-            else:
-                self.members.add(p.node)
-                self._process(p.ts, p.node, p.sample, out, detection)
+            try:
+                if p.sample.get("leave"):
+                    self.members.discard(p.node)
+                    if not self.members:
+                        self.close(out)              # gone from every node: the job's last minute is complete
+                        self.detect.end(p.ts, out)
+                else:
+                    self.members.add(p.node)
+                    self._process(p.ts, p.node, p.sample, out, detection)
+            except StateError:
+                raise
+            except Exception as err:             # one item never stops the job, nor the partition
+                source = source_of(p.refs[0] if p.refs else None, f"job {self.job} node {p.node} at ts {p.ts}")
+                out.internal_error(err, source, p.ts, p.sample)
             self.released[p.node] = p.ts
             self.frontier = p.ts
             out.done.extend(p.refs)

@@ -43,3 +43,44 @@ def job_samples(msg, out: Output, known: set[str], flags=None) -> set[str]:
     for job in known.difference(by_job):
         out.job_samples.append({"job": job, "node": msg.node, "ts": msg.ts, "leave": True})
     return set(by_job)
+
+
+_NUMBER = (int, float)
+_GPU_NUMBERS = range(1, len(JOB_GPU_FIELDS))
+
+
+def _finite(v) -> bool:
+    return type(v) in _NUMBER and v - v == 0          # not a bool, not NaN nor infinite
+
+
+def invalid_job_sample(item) -> str | None:
+    """Why ``item`` is not a job sample or leave mark (the by-job topic is read like any input), or None."""
+    if type(item) is not dict:
+        return f"(item): a job sample is an object, not {type(item).__name__}"
+    for name in ("job", "node"):
+        v = item.get(name)
+        if type(v) is not str or not v:
+            return f"{name}: a non-empty string is due"
+    if not _finite(item.get("ts")):
+        return "ts: a finite number is due"
+    if item.get("leave") is not None:
+        return None if item["leave"] is True else "leave: true is due"
+    for name in ("tenant", "pool"):
+        if item.get(name) is not None and type(item[name]) is not str:
+            return f"{name}: a string or null is due"
+    interval = item.get("interval")
+    if interval is not None and not (_finite(interval) and interval > 0):
+        return "interval: a positive number or null is due"
+    gpus = item.get("gpus")
+    if type(gpus) is not list:
+        return "gpus: a list is due"
+    for i, g in enumerate(gpus):
+        if type(g) is not list or len(g) != len(JOB_GPU_FIELDS) or type(g[UUID]) is not str:
+            return f"gpus.{i}: a list of {len(JOB_GPU_FIELDS)} values ({', '.join(JOB_GPU_FIELDS)}) is due"
+        for at in _GPU_NUMBERS:
+            if g[at] is not None and not _finite(g[at]):
+                return f"gpus.{i}.{JOB_GPU_FIELDS[at]}: a finite number or null is due"
+    quiet = item.get("quiet")
+    if quiet is not None and (type(quiet) is not list or not all(type(u) is str for u in quiet)):
+        return "quiet: a list of GPU uuids is due"
+    return None

@@ -15,6 +15,9 @@ class WorkerMetrics:
         self.registry = r = CollectorRegistry()
         self.events = Counter("gpufleet_worker_events", "What the stages saw, by kind", ["stage", "kind"],
                               registry=r)
+        self.dead_letters = Counter("gpufleet_worker_dead_letters", "Inputs dead-lettered, by reason code (invalid, "
+                                    "late, clock_skew, too_large, internal_error)", ["stage", "reason_code"],
+                                    registry=r)
         self.clock_skew = Counter("gpufleet_worker_clock_skew", "Messages ahead of the clock, by node", ["node"],
                                   registry=r)
         self.durable_seconds = Histogram(
@@ -43,6 +46,8 @@ class WorkerMetrics:
                 log.warning("clock skew: %d messages from node %s are ahead of this worker's clock", n, node)
             else:
                 self.events.labels(stage, kind).inc(n)
+                if kind.startswith("dead_"):
+                    self.dead_letters.labels(stage, kind[5:]).inc(n)
 
     def event(self, stage: str, kind: str, n: int = 1) -> None:
         self.events.labels(stage, kind).inc(n)

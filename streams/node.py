@@ -10,7 +10,7 @@ from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
 from .jobsample import job_samples
 from .metering import Metering
-from .output import Output
+from .output import Output, source_of
 from .rollups import MinuteRollups
 from .samples import sample_rows
 from .state import StateError, check_version
@@ -56,9 +56,21 @@ class NodeProcessor:
         if status != ACCEPTED and not held:
             out.done.append(ref)
         for m, refs in ready:
-            self._process(m, cfg, out, detection, tariff or default_tariff())
-            out.done.extend(refs)
+            self._guarded(m, refs, cfg, out, detection, tariff or default_tariff())
         return status
+
+    def _guarded(self, msg: Telemetry, refs: list, cfg: StreamConfig, out: Output, detection: Detection | None,
+                 tariff: Tariff) -> None:
+        """Process one released message; if that raises, the message is dead-lettered (``internal_error``) and
+        the node goes on with the next (one input never stops a partition)."""
+        try:
+            self._process(msg, cfg, out, detection, tariff)
+        except StateError:
+            raise
+        except Exception as err:
+            source = source_of(refs[0] if refs else None, f"node {self.name} at ts {msg.ts}")
+            out.internal_error(err, source, msg.ts, msg.to_json())
+        out.done.extend(refs)
 
     def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None,
                  tariff: Tariff) -> None:
@@ -79,8 +91,7 @@ class NodeProcessor:
         """End of input: process what is waiting and close every open window."""
         tariff = tariff or default_tariff()
         for m, refs in self.gate.drain():
-            self._process(m, cfg, out, detection, tariff)
-            out.done.extend(refs)
+            self._guarded(m, refs, cfg, out, detection, tariff)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
         self.meter.flush(self.name, tariff, out)

@@ -7,6 +7,7 @@ produce collects in ``pipeline.out`` for the driver to drain.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -19,8 +20,10 @@ from .config import StreamConfig
 from .decode import decode
 from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
 from .jobs import JobProcessor
+from .jobsample import invalid_job_sample
 from .node import NodeProcessor
 from .output import Output
+from .state import StateError
 
 
 class Pipeline:
@@ -68,7 +71,18 @@ class Pipeline:
                 out.counts[f"clock_skew:{msg.node}"] += 1      # per node: the operator's clue
             out.done.append(ref)
             return None
-        return self.push(msg, source, payload, ref, position)
+        except Exception as err:          # the decoder's fault, not the message's: still one message
+            out.internal_error(err, source, self.clock(), payload)
+            out.done.append(ref)
+            return None
+        try:
+            return self.push(msg, source, payload, ref, position)
+        except StateError:                # a saved state this process cannot read: the process's failure
+            raise
+        except Exception as err:          # what the processors' own guards did not catch (node.py, jobs.py)
+            out.internal_error(err, source, self.clock(), payload)
+            out.done.append(ref)
+            return None
 
     def node(self, name: str) -> NodeProcessor:
         node = self.nodes.get(name)
@@ -111,14 +125,22 @@ class Pipeline:
         the job samples, then release what the fleet's watermark (every node's, by default) has passed."""
         samples, self.out.job_samples = self.out.job_samples, []
         for sample in samples:
-            self.admit_job_sample(sample)
+            self.admit_job_sample(sample, checked=True)     # made by this process's node stage
         self.release_jobs(self.fleet.value() if watermark is None else watermark)
 
-    def admit_job_sample(self, sample: dict, ref=None, source: str = "") -> None:
+    def admit_job_sample(self, sample, ref=None, source: str = "", checked: bool = False) -> bool:
+        """One item of the job stage's input: a job sample or leave mark (checked unless ``checked``: the by-job
+        topic is input too); False if it was dead-lettered instead."""
+        reason = None if checked else invalid_job_sample(sample)
+        if reason is not None:
+            self.out.dead_letter("invalid", reason, source, self.clock(), _text(sample))
+            self.out.done.append(ref)
+            return False
         job = self.job(sample["job"])
         job.push(sample, self.out, ref, source, self.clock())
         if job.pending:
             self.waiting.add(job.job)
+        return True
 
     def release_jobs(self, watermark: float, which: Callable[[str], bool] | None = None) -> None:
         """Release every job's items older than ``watermark`` (of the jobs ``which`` picks); forget the jobs
@@ -149,3 +171,11 @@ class Pipeline:
             for job in self.jobs.values():
                 job.flush(self.out, self.detection)
 
+
+
+def _text(item) -> str:
+    """An item of any shape as text for a dead letter."""
+    try:
+        return json.dumps(item, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return repr(item)[:65536]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from gpufleet.collectors.telemetry import control_kind
+from gpufleet.collectors.telemetry import control_kind, unreadable
 
 from .clocks import INF, PartitionClock, SourceClock
 from .durable import Share, StateKey, job_partition
@@ -125,20 +125,27 @@ class JobStage:
         advanced: set[int] = set()
         for ev in inputs:
             m = ev.message
-            items = json.loads(ev.value)
+            source = f"{m.topic}/{m.partition}/{m.offset}"
+            items, reason = _items(ev.value)
+            if reason is not None:
+                out.dead_letter("invalid", reason, source, pipeline.clock(), ev.value)
+                out.done.append(ev)
+                continue
             if not items:
                 out.done.append(ev)
                 continue
             share = Share(ev, len(items))
-            source = f"{m.topic}/{m.partition}/{m.offset}"
             for item in items:
-                if "watermarks" in item:
-                    self.source_clock(m.partition).announce(item["watermarks"])
-                    touched[(CLOCKS, f"job:{m.partition}".encode())] = m.partition
-                    advanced.add(m.partition)
+                if type(item) is dict and "watermarks" in item:
+                    reason = _invalid_marks(item["watermarks"], self.partitions)
+                    if reason is not None:
+                        out.dead_letter("invalid", reason, source, pipeline.clock(), json.dumps(item))
+                    else:
+                        self.source_clock(m.partition).announce(item["watermarks"])
+                        touched[(CLOCKS, f"job:{m.partition}".encode())] = m.partition
+                        advanced.add(m.partition)
                     out.done.append(share)
-                else:
-                    pipeline.admit_job_sample(item, ref=share, source=source)
+                elif pipeline.admit_job_sample(item, ref=share, source=source):
                     touched[(JOBS, item["job"].encode())] = m.partition
         for partition in sorted(advanced):
             clock = self.source_clock(partition)
@@ -184,3 +191,26 @@ class JobStage:
         self.pipeline.waiting.clear()
         self.pipeline.forgotten.clear()
         self.clocks.clear()
+
+
+def _items(value: bytes) -> tuple[list, str | None]:
+    """A by-job message's items, or why it has none: it is input like any other (an older worker's, or junk)."""
+    try:
+        items = json.loads(value)
+    except (ValueError, RecursionError) as err:
+        return [], f"(message): not a list of job samples: {unreadable(err)}"
+    if type(items) is not list:
+        return [], f"(message): a list of job samples is due, not {type(items).__name__}"
+    return items, None
+
+
+def _invalid_marks(marks, partitions: int) -> str | None:
+    """Why a watermark announcement is not one (``{"<telemetry partition>": ts or null}``), or None."""
+    if type(marks) is not dict:
+        return "watermarks: an object of partition to time is due"
+    for partition, mark in marks.items():
+        if not partition.isdigit() or int(partition) >= partitions:
+            return f"watermarks: {partition[:20]!r} is not a telemetry partition (0 to {partitions - 1})"
+        if mark is not None and (type(mark) not in (int, float) or mark - mark != 0):
+            return f"watermarks.{partition}: a finite time or null is due"
+    return None

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpufleet import __version__, notify_commands
 from gpufleet.collectors.simulator import DEFAULT_START
+from gpufleet.errors import UsageError
 from gpufleet.settings import Settings, SettingsError, load_settings
 
 EPILOG = """settings: every command reads GPUFLEET_* environment variables and an optional TOML
@@ -26,10 +27,6 @@ EXTRAS = {"clickhouse_connect": "store", "chdb": "embedded", "faust": "worker", 
 EXTRAS_OF_COMMAND = {("numpy", "forecast"): "forecast", ("numpy", "scale"): "forecast",
                      ("sklearn", "forecast"): "forecast", ("sklearn", "scale"): "forecast",
                      ("msgspec", "worker"): "worker", ("cramjam", "worker"): "worker"}
-
-
-class UsageError(Exception):
-    """A bad argument: one line, exit code 2."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -272,19 +269,22 @@ def cmd_replay(args) -> int:
         raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
     settings = _settings(args)
     store = None if args.no_store else _writable_store(settings)
+    source = file_source(args.file)
     try:
         notifier = _notifier(args, settings, store)
-        result = _run_embedded(settings, file_source(args.file), None, "replay", args.events, args.dead_letters,
-                               store, notifier)
+        result = _run_embedded(settings, source, None, "replay", args.events, args.dead_letters, store, notifier)
         _report(result, args.events, args.dead_letters)
         if notifier is not None:
             notify_commands.finish(notifier)
         counts = result.pipeline.out.counts
-        if counts.get("dead_invalid") or counts.get("dead_too_large"):
+        if counts.get("dead_invalid") or counts.get("dead_too_large") or counts.get("dead_internal_error"):
             _show_dead(args.dead_letters)
     finally:
         if store is not None:
             store.close()
+    if source.error:
+        print(f"gpufleet replay: {source.error}; the lines before it were processed", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -496,9 +496,11 @@ def cmd_topics(args) -> int:
     from gpufleet.streams import worker
     from gpufleet.streams.forecast_events import topic_names
     from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
+    from gpufleet.streams.notify.service import dead_letter_topic
     settings = load_settings(args.config, **_kafka_overrides(args))
     topics = worker.internal_topics(settings)
     topics.update({t: settings.kafka.partitions for t in topic_names(settings).values()})
+    topics[dead_letter_topic(worker.topic_names(settings)["alerts"])] = settings.kafka.partitions
     try:
         ensure_topics(settings.kafka.bootstrap, topics)
     except (KafkaUnavailable, ValueError) as err:
@@ -523,26 +525,70 @@ def cmd_publish(args) -> int:
     except (KafkaUnavailable, ValueError) as err:
         print(f"gpufleet publish: kafka: {err}", file=sys.stderr)
         return 1
-    from gpufleet.streams.embedded import file_source
+    from gpufleet.streams.embedded import JsonLines, file_source
+    source, check = file_source(args.file), LineCheck()
     progress = Progress("publish")
 
     def keyed():
-        for i, (_, line) in enumerate(file_source(args.file), 1):
-            try:
-                key = json.loads(line).get("node") or ""
-            except ValueError:
-                key = ""                 # the worker dead-letters it; it still goes through
+        for i, (where, line) in enumerate(source, 1):
             if i % 1000 == 0:
                 progress(i)
-            yield str(key), line.rstrip(b"\n")
-    n = produce(settings.kafka.bootstrap, topic, keyed())
+            key = check(where, line)
+            if key is not None:
+                yield key, line.rstrip(b"\n")
+    try:
+        n = produce(settings.kafka.bootstrap, topic, keyed())     # what was queued is flushed whatever happens
+    finally:
+        dead = JsonLines(args.dead_letters)
+        dead.write(check.dead)
+        dead.close()
     progress(n, final=True)
     print(f"published {n:,} messages to {topic} (key = node)")
+    failed = check.report(args.dead_letters)
+    if source.error:
+        print(f"gpufleet publish: {source.error}; the lines before it were published", file=sys.stderr)
+        failed = True
     if args.end:
         parts = produce_to_every_partition(settings.kafka.bootstrap, topic, end_of_stream(time.time()))
         print(f"sent the end-of-stream marker to the {parts} partitions: the workers flush every open window, "
               f"as replay does; `gpufleet status --wait` tells when all is processed")
-    return 0
+    return 1 if failed else 0
+
+
+class LineCheck:
+    """``publish`` checks each line as the workers will, before it is sent: a good line's key (its node), or
+    None for a bad one, kept as a dead letter with its line number (nothing that would be dead-lettered is sent)."""
+
+    def __init__(self) -> None:
+        self.dead: list[dict] = []
+
+    def __call__(self, where: str, line: bytes) -> str | None:
+        from gpufleet.collectors.telemetry import TelemetryError, control_kind, unreadable
+        from gpufleet.streams.decode import decode
+        from gpufleet.streams.events import dead_letter
+        if control_kind(line) is not None:
+            return ""                                # a marker the workers act on: sent as it is
+        try:
+            return str(decode(line, share_names=False).node)
+        except TelemetryError as err:
+            code, reason = err.reason_code, err.reason
+        except Exception as err:                     # the decoder's own failure: the line still is not sent
+            code, reason = "internal_error", unreadable(err)
+        self.dead.append(dead_letter(code, reason, where, time.time(), line))
+        return None
+
+    def report(self, path: str | None) -> bool:
+        """Print the lines refused (the first five, and where the rest are); True if there were any."""
+        if not self.dead:
+            return False
+        print(f"refused {len(self.dead):,} lines that are not valid telemetry (not sent)" +
+              (f", written to {path}" if path else ""), file=sys.stderr)
+        for d in self.dead[:5]:
+            print(f"  {d['source']}: {d['reason_code']}: {d['reason']}", file=sys.stderr)
+        if len(self.dead) > 5:
+            print("  ..." if path else "  ... (pass --dead-letters FILE to keep every one with its payload)",
+                  file=sys.stderr)
+        return True
 
 
 def cmd_status(args) -> int:
@@ -851,7 +897,9 @@ def build_parser() -> Parser:
 
     s = sub.add_parser("publish", help="send a recorded telemetry file to the Kafka telemetry topic",
                        description="Produce every line of a telemetry JSONL file to the telemetry topic, keyed by "
-                                   "node, for the workers to process (a replay in the distributed mode).")
+                                   "node, for the workers to process (a replay in the distributed mode). Each line "
+                                   "is checked first: a line that is not valid telemetry is not sent but reported "
+                                   "with its line number, and the exit code is 1; the good lines are all sent.")
     s.add_argument("file", metavar="FILE", help="telemetry JSONL file (.gz too)")
     s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
     s.add_argument("--topic", help="telemetry topic (setting kafka.telemetry_topic)")
@@ -859,6 +907,8 @@ def build_parser() -> Parser:
     s.add_argument("--end", action="store_true",
                    help="after the file, mark the end of the stream on every partition: the workers then flush "
                         "every open window as replay does at the end of its input")
+    s.add_argument("--dead-letters", metavar="OUT",
+                   help="write every line refused (not valid telemetry) here as a dead letter with its line number")
     s.set_defaults(fn=cmd_publish)
 
     s = sub.add_parser("status", help="how far the workers have got: committed offsets against the topics' ends",

@@ -7,6 +7,7 @@ import sys
 import time
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.errors import UsageError
 from gpufleet.models import baselines, evaluate
 from gpufleet.models.artifact import Model
 from gpufleet.models.train import Recording, Tuning, incidents, record, train_on_simulations
@@ -105,11 +106,34 @@ def _recorded_files(pairs: list[tuple[str, str]], model: Model, progress) -> Rec
     from gpufleet.streams.embedded import file_source
     rec = Recording()
     for telemetry, labels_path in pairs:
-        with open(labels_path, encoding="utf-8") as f:
-            labels = [json.loads(line) for line in f if line.strip()]
+        labels = read_labels(labels_path)
         print(f"evaluating on {telemetry}", file=sys.stderr)
-        rec.extend(record((line for _, line in file_source(telemetry)), labels, model=model, progress=progress))
+        source = file_source(telemetry)
+        rec.extend(record((line for _, line in source), labels, model=model, progress=progress))
+        if source.error:
+            raise UsageError(f"gpufleet model eval: {source.error}")
     return rec
+
+
+def read_labels(path: str) -> list[dict]:
+    """Ground truth, one fault a line (what ``gpufleet simulate`` and the held-out generator write); a line that is
+    not one is a usage error naming its line."""
+    from gpufleet.collectors.files import FileError, parse_json, read_text
+    try:
+        text = read_text(path, 256 << 20)
+        labels = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            label = parse_json(line, where)
+            if not isinstance(label, dict) or not isinstance(label.get("kind"), str) \
+                    or not all(type(label.get(k)) in (int, float) for k in ("start", "end")):
+                raise FileError(f"{where}: not a label (an object with kind, start and end is due)")
+            labels.append(label)
+    except FileError as err:
+        raise UsageError(f"gpufleet model eval: labels {err}") from None
+    return labels
 
 
 def held_out_pairs(directory: str) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ import sys
 
 
 def _usage(message: str) -> Exception:
-    from gpufleet.cli import UsageError
+    from gpufleet.errors import UsageError
     return UsageError(message)
 
 
@@ -41,7 +41,8 @@ def notify(args, settings, writable_store) -> int:
         return 0
     topic = worker.topic_names(settings)["alerts"]
     try:
-        ensure_topics(settings.kafka.bootstrap, {topic: settings.kafka.partitions})
+        ensure_topics(settings.kafka.bootstrap, {topic: settings.kafka.partitions,
+                                                 service.dead_letter_topic(topic): settings.kafka.partitions})
     except ValueError:
         pass                                  # it exists with another partition count: the router reads any
     except KafkaUnavailable as err:

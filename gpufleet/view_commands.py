@@ -10,7 +10,7 @@ from gpufleet.settings import Settings
 
 
 def _usage(message: str) -> Exception:
-    from gpufleet.cli import UsageError
+    from gpufleet.errors import UsageError
     return UsageError(message)
 
 

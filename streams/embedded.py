@@ -10,19 +10,39 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 
 from .pipeline import Pipeline
 from .sink import Sink
 
 
-def file_source(path: str) -> Iterator[tuple[str, bytes]]:
-    """Lines of a JSONL file (``.gz`` too), with ``name:line`` as source; blank lines are skipped."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                yield f"{path}:{lineno}", line
+class FileSource:
+    """Lines of a JSONL file (``.gz`` too), with ``name:line`` as source; blank lines are skipped.
+
+    Whatever a line holds is the pipeline's to judge (and dead-letter). A file that cannot be read on to its
+    end (a gzip stream cut short, a read error) ends the lines where it breaks, and ``error`` says where and
+    why: what was read before is kept, and the caller reports the error once it has finished with it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.error: str | None = None
+        self.lines = 0
+
+    def __iter__(self) -> Iterator[tuple[str, bytes]]:
+        opener = gzip.open if self.path.endswith(".gz") else open
+        try:
+            with opener(self.path, "rb") as f:
+                for lineno, line in enumerate(f, 1):
+                    self.lines = lineno
+                    if line.strip():
+                        yield f"{self.path}:{lineno}", line
+        except (OSError, EOFError, zlib.error) as err:
+            self.error = f"{self.path}: unreadable after line {self.lines}: {err}"
+
+
+def file_source(path: str) -> FileSource:
+    return FileSource(path)
 
 
 def dict_source(messages: Iterable[dict], name: str = "sim") -> Iterator[tuple[str, dict]]:
@@ -59,6 +79,7 @@ def run(source: Iterable[tuple[str, str | bytes | dict]], pipeline: Pipeline, si
 
     def drain(final: bool) -> None:
         rows, evs, dls = out.drain()
+        out.done.clear()              # references of a log's inputs: none here
         if events is not None:
             events.write(evs)
         if dead is not None:

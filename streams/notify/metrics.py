@@ -23,6 +23,9 @@ class NotifyMetrics:
                               ["receiver", "state"], registry=r)
         self._reminders = Counter("gpufleet_notify_reminders", "Firing alerts told again (repeat_interval, "
                                   "Alertmanager's resend)", ["receiver", "state"], registry=r)
+        self.dead_letters = Counter("gpufleet_notify_dead_letters", "Messages of the alert topic dead-lettered, by "
+                                    "reason code (invalid: not an alert; internal_error: routing it failed)",
+                                    ["reason_code"], registry=r)
         self.invalid = Counter("gpufleet_notify_invalid_messages", "Messages on the alert topic that are not alerts",
                                registry=r)
         self.latency = Histogram("gpufleet_notify_delivery_seconds", "From an alert's arrival to the receiver's 2xx",

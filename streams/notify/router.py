@@ -21,6 +21,9 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
+from gpufleet.streams.events import alert_problem
+from gpufleet.streams.output import crash_line
+
 from .matchers import labels
 from .outbox import FINAL, Delivery, Outbox
 from .receivers import Notification
@@ -53,9 +56,7 @@ class Group:
 
 
 def is_alert(event: object) -> bool:
-    return isinstance(event, dict) and event.get("schema") == ALERT_SCHEMA and \
-        isinstance(event.get("id"), str) and event.get("status") in ("firing", "resolved") and \
-        isinstance(event.get("kind"), str) and isinstance(event.get("dedup_key"), str)
+    return alert_problem(event) is None
 
 
 def node_level(alert: dict) -> bool:
@@ -73,12 +74,19 @@ class Router:
         self.pending: dict[tuple[str, str, str], Delivery] = {}
         self.waiting: dict[Hashable, int] = {}           # input reference -> deliveries it still waits for
         self.acked: list[Hashable] = []
+        self.rejected: list[tuple] = []                  # (reference, reason code, reason, alert): to dead-letter
         self.groups: dict[str, Group] = {}
         self.open: dict[str, tuple[dict, int]] = {}      # firing incidents not resolved: id -> (alert, partition)
         self.node_sources: dict[tuple[str, str], set[str]] = {}   # (kind, node) -> node-level incidents firing
         self.recheck = True
         self._muting: tuple[tuple, frozenset] = ((), frozenset())
         self.counts: dict[str, int] = {}
+
+    def take_rejected(self) -> list[tuple]:
+        """The alerts routing failed on, ``(reference, reason code, reason, alert)``, handed over once: the caller
+        dead-letters them, then acknowledges the references."""
+        rejected, self.rejected = self.rejected, []
+        return rejected
 
     # -- state from the log ------------------------------------------------------------
     def load(self, owned: Callable[[int], bool] = lambda partition: True) -> None:
@@ -131,7 +139,13 @@ class Router:
         new: list[Delivery] = []
         for alert, ref, partition in alerts:
             assert isinstance(alert, dict)
-            owed = self._offer(alert, partition, states, new, resumed)
+            try:
+                owed = self._offer(alert, partition, states, new, resumed)
+            except Exception as err:              # one alert never stops the router: dead-lettered instead
+                log.error("routing alert %s failed; dead-lettered as internal_error", alert.get("id"), exc_info=err)
+                self.rejected.append((ref, "internal_error", crash_line(err), alert))
+                self.counts["internal_error"] = self.counts.get("internal_error", 0) + 1
+                continue
             for d in owed:
                 if ref is not None:
                     d.refs.append(ref)

@@ -14,6 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpufleet.collectors.telemetry import unreadable
+from gpufleet.streams.events import DEADLETTER_SCHEMA, alert_problem, dead_letter
+
 from .ledger import Ledger
 from .metrics import NotifyMetrics
 from .outbox import Outbox
@@ -78,11 +81,39 @@ def build(settings, routes: Routes, store, keep_pending: bool) -> Parts:
     return parts
 
 
-def decode(value: bytes) -> object:
+def read_alert(value: bytes) -> tuple[object, str | None]:
+    """A message of the alert topic: the alert, or why it is not one (any bytes at all give one or the other)."""
     try:
-        return json.loads(value)
-    except ValueError:
-        return None
+        event = json.loads(value)
+    except (ValueError, RecursionError) as err:
+        return None, f"(message): not JSON: {unreadable(err)}"
+    return event, alert_problem(event)
+
+
+class DeadLetters:
+    """The router's dead letters, to ``<alert topic>.dlq`` (``gpufleet.deadletter.v1``, the worker's form): each is
+    sent and acknowledged by the broker before its input's offset may be committed; while the broker refuses,
+    it is retried with backoff (nothing is acknowledged meanwhile, so nothing is lost)."""
+
+    def __init__(self, bootstrap: str, topic: str, metrics: NotifyMetrics, stop: threading.Event):
+        from gpufleet.streams.kafka import EventPublisher
+        self.topic, self.metrics = topic, metrics
+        self.publisher = EventPublisher(bootstrap, {DEADLETTER_SCHEMA: topic}, key_field="source", stop=stop)
+
+    def __call__(self, letters: list[tuple[str, str, str, object]]) -> None:
+        """``(reason code, reason, source, payload)`` each."""
+        records = [dead_letter(code, reason, source, time.time(),
+                               value if isinstance(value, bytes | str) else json.dumps(value))
+                   for code, reason, source, value in letters]
+        self.publisher(records)
+        for code, reason, source, _ in letters:
+            self.metrics.dead_letters.labels(code).inc()
+            log.warning("dead-lettered %s to %s: %s: %s", source, self.topic, code, reason)
+
+
+def dead_letter_topic(topic: str) -> str:
+    """Where the router dead-letters what it cannot route: ``gpufleet.alerts.dlq`` for ``gpufleet.alerts``."""
+    return f"{topic}.dlq"
 
 
 def run(settings, routes: Routes, store, topic: str, stop: threading.Event | None = None) -> int:
@@ -106,6 +137,7 @@ def run(settings, routes: Routes, store, topic: str, stop: threading.Event | Non
         if ledger is not None:
             ledger.export()         # the next owner looks up in the store what was told
 
+    dead = DeadLetters(settings.kafka.bootstrap, dead_letter_topic(topic), parts.metrics, stop)
     source = AlertSource(settings.kafka.bootstrap, topic, n.group_id, n.session_timeout_s,
                          on_assign=lambda ps: router.load(lambda p: p in ps), on_revoke=revoked)
     parts.start()
@@ -116,11 +148,20 @@ def run(settings, routes: Routes, store, topic: str, stop: threading.Event | Non
         while not stop.is_set():
             batch = source.poll(0.1)
             if batch:
-                items = [(decode(value), ref, ref[0]) for ref, value in batch]
-                again = [e["id"] for (e, ref, _) in items if isinstance(e, dict) and isinstance(e.get("id"), str)
-                         and source.redelivered(ref)]
+                items, bad = [], []
+                for ref, value in batch:
+                    event, problem = read_alert(value)
+                    if problem is None:
+                        items.append((event, ref, ref[0]))
+                    else:
+                        bad.append((ref, "invalid", problem, value))
+                again = [e["id"] for (e, ref, _) in items if source.redelivered(ref)]   # type: ignore[index]
                 known = ledger.told_elsewhere(again) if ledger is not None and again else None
                 router.offer(items, known)
+                bad += router.take_rejected()
+                if bad:
+                    dead([(code, reason, f"{topic}/{ref[0]}/{ref[1]}", value) for ref, code, reason, value in bad])
+                    source.ack([ref for ref, *_ in bad])
             source.ack(router.tick())
             now = time.monotonic()
             if now - last_commit >= n.commit_interval_s:
@@ -207,6 +248,9 @@ class LocalNotifier:
                 try:
                     alerts = self.inbox.get(timeout=0.05)
                     router.offer([(a, None, -1) for a in alerts])
+                    for _, code, reason, alert in router.take_rejected():     # this process's own alerts
+                        self.parts.metrics.dead_letters.labels(code).inc()
+                        log.error("alert %s not routed: %s: %s", alert.get("id"), code, reason)
                 except queue.Empty:
                     pass
                 router.tick(flush_all=self.draining.is_set() and self.inbox.empty())

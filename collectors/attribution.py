@@ -7,12 +7,12 @@ Kubernetes pod in their cgroup (``cgroup``). The result feeds ``gpus[].tenant``,
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from collections import OrderedDict
 
+from .files import FileError, read_json
 from .telemetry import MAX_ID, MAX_NAME
 
 log = logging.getLogger("gpufleet.collect")
@@ -66,15 +66,10 @@ class LabelsFile:
         if version is None:
             self._labels = {}
             return self._fail(problem)
-        if st.st_size > MAX_LABELS_BYTES:
-            return self._fail(f"{st.st_size} bytes, more than {MAX_LABELS_BYTES}")
         try:
-            with open(self.path, "rb") as f:
-                raw = json.loads(f.read())
-        except OSError as e:
-            return self._fail(e.strerror or type(e).__name__)
-        except ValueError as e:     # JSONDecodeError, or text that is not UTF-8
-            return self._fail(f"invalid JSON ({str(e).splitlines()[0]})")
+            raw = read_json(self.path, MAX_LABELS_BYTES)
+        except FileError as e:      # too large, not UTF-8, not JSON, nested too deeply, unreadable
+            return self._fail(str(e).removeprefix(f"{self.path}: "))
         if not isinstance(raw, dict):
             return self._fail(f"expected an object of GPU UUID to labels, got {type(raw).__name__}")
         labels, bad = {}, []

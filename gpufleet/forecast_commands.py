@@ -160,18 +160,14 @@ def _f(v, digits: int = 3):
 def read_policy(path: str, pool: str | None):
     """The policy in a TOML file: the keys of the ``[scale]`` settings section, at the top or under
     ``[scale]``, with ``[pools.<pool>]`` over them for ``pool``."""
-    import tomllib
-
     from pydantic import ValidationError
 
+    from gpufleet.collectors.files import FileError, read_toml
     from gpufleet.settings import ScaleSettings
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as err:
-        raise ArgumentError("--policy", f"cannot read {path!r}: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ArgumentError("--policy", f"{path}: {err}") from None
+        data = read_toml(path)
+    except FileError as err:
+        raise ArgumentError("--policy", str(err)) from None
     data = data.get("scale", data)
     try:
         scale = ScaleSettings.model_validate(data)

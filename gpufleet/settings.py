@@ -13,8 +13,9 @@ import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict
 
+from gpufleet.collectors.files import FileError, read_toml
 from gpufleet.models.scaling import Policy
 from gpufleet.sql import parse_dsn
 from gpufleet.streams.billing.prices import BillingConfig
@@ -240,8 +241,13 @@ def _describe(err: ValidationError, config_file: str | None) -> str:
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
     """Build the settings; ``overrides`` are nested dicts from command-line flags."""
     config_file = config_file or os.environ.get(ENV_PREFIX + "CONFIG") or None
-    if config_file and not os.path.isfile(config_file):
-        raise SettingsError(f"setting --config: no such file {config_file!r}")
+
+    from_file: dict = {}
+    if config_file:
+        try:
+            from_file = read_toml(config_file)
+        except FileError as err:
+            raise SettingsError(f"setting --config: {err}") from None
 
     class Configured(Settings):
         @classmethod
@@ -249,7 +255,7 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
                                        file_secret_settings):
             sources = [init_settings, env_settings]
             if config_file:
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+                sources.append(InitSettingsSource(settings_cls, init_kwargs=from_file))
             return tuple(sources)
 
     try:

@@ -15,10 +15,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpufleet.collectors.files import FileError, read_json
+
 from .detectors import FEATURE_VERSION, FEATURES
 
 FORMAT = "gpufleet-model"
 FORMAT_VERSION = 2
+MAX_MODEL_BYTES = 64 << 20      # the packaged model is about 0.4 MB
+MAX_TREE_DEPTH = 64             # the packaged trees are 3 to 5 levels deep
 
 
 class ModelError(ValueError):
@@ -104,6 +108,48 @@ class KindModel:
                 np.array(right, dtype=np.intp), np.array(value, dtype=np.float64), depth)
 
 
+def _number(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _problem(m: dict) -> str | None:
+    """What makes a detector's saved settings and trees unusable (wrong types, a node pointing outside its tree or
+    back up it), or None: a model file is input, and the stream must never walk a broken tree."""
+    for name in ("init", "learning_rate", "threshold"):
+        if name in m and not _number(m[name]):
+            return f"{name} is not a number"
+    for name in ("persist_on", "persist_off"):
+        if name in m and (type(m[name]) is not int or m[name] < 1):
+            return f"{name} is not a positive whole number"
+    if m.get("urgent_score") is not None and not _number(m["urgent_score"]):
+        return "urgent_score is not a number"
+    trees, width = m.get("trees"), len(m["features"])
+    if not isinstance(trees, list):
+        return "trees is not a list"
+    for k, tree in enumerate(trees):
+        if not isinstance(tree, dict) or not all(isinstance(tree.get(a), list) for a in "ftlrv"):
+            return f"tree {k} lacks its node arrays f, t, l, r, v"
+        n = len(tree["l"])
+        if n == 0 or any(len(tree[a]) != n for a in "ftrv"):
+            return f"tree {k}'s node arrays differ in length"
+        for i in range(n):
+            lo, hi = tree["l"][i], tree["r"][i]
+            if type(lo) is not int or type(hi) is not int or not _number(tree["v"][i]):
+                return f"tree {k} node {i} is not numbers"
+            if lo == -1:
+                continue
+            if not (i < lo < n and i < hi < n) or type(tree["f"][i]) is not int or not 0 <= tree["f"][i] < width \
+                    or not _number(tree["t"][i]):
+                return f"tree {k} node {i} points outside its tree"
+        depth = [0] * n
+        for i in range(n):                  # children come after their parent: one pass gives every depth
+            if tree["l"][i] != -1:
+                depth[tree["l"][i]] = depth[tree["r"][i]] = depth[i] + 1
+        if max(depth) > MAX_TREE_DEPTH:
+            return f"tree {k} is {max(depth)} levels deep, more than {MAX_TREE_DEPTH}"
+    return None
+
+
 def _depth(left: list[int], right: list[int], i: int) -> int:
     return 0 if left[i] == -1 else 1 + max(_depth(left, right, left[i]), _depth(left, right, right[i]))
 
@@ -121,7 +167,9 @@ class Model:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     @classmethod
-    def from_dict(cls, doc: dict, where: str = "model") -> Model:
+    def from_dict(cls, doc: object, where: str = "model") -> Model:
+        if not isinstance(doc, dict) or not isinstance(doc.get("kinds", {}), dict):
+            raise ModelError(f"{where} is not a gpufleet model (a JSON object with its detectors is due)")
         if doc.get("format") != FORMAT:
             raise ModelError(f"{where} is not a gpufleet model (format {doc.get('format')!r})")
         if doc.get("format_version") != FORMAT_VERSION or doc.get("feature_version") != FEATURE_VERSION:
@@ -134,6 +182,8 @@ class Model:
             m = doc.get("kinds", {}).get(kind)
             if m is None:
                 raise ModelError(f"{where} has no {kind} detector: train a new one with `gpufleet model train`")
+            if not isinstance(m, dict) or not isinstance(m.get("features"), list):
+                raise ModelError(f"{where}: the {kind} detector is not an object with its features")
             if list(m["features"]) != list(names):
                 raise ModelError(f"{where}: the {kind} detector expects features {m['features']}, this gpufleet "
                                  f"computes {list(names)}: train a new one with `gpufleet model train`")
@@ -144,17 +194,20 @@ class Model:
             if missing := sorted(name for name, f in settings.items() if name not in m and f.default is MISSING):
                 raise ModelError(f"{where}: the {kind} detector lacks {missing}: train a new one with "
                                  "`gpufleet model train`")
+            problem = _problem(m)
+            if problem:
+                raise ModelError(f"{where}: the {kind} detector is damaged ({problem}): train a new one with "
+                                 "`gpufleet model train`")
             kinds[kind] = KindModel(**m)
-        return cls(kinds, doc.get("metadata", {}))
+        metadata = doc.get("metadata", {})
+        return cls(kinds, metadata if isinstance(metadata, dict) else {})
 
     @classmethod
     def load(cls, path: str | Path) -> Model:
         try:
-            doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelError(f"model {path}: no such file") from None
-        except (OSError, ValueError) as err:
-            raise ModelError(f"model {path}: cannot be read ({err})") from None
+            doc = read_json(str(path), MAX_MODEL_BYTES)
+        except FileError as err:
+            raise ModelError(f"model {err}") from None
         return cls.from_dict(doc, f"model {path}")
 
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,41 +92,53 @@ def read_csv(path: str, time_col: str | None, value_col: str | None) -> tuple[np
     ``time_col`` defaults to ``ts``; ``value_col`` to the only other column. An empty value is a gap
     (NaN); a value or time that cannot be read raises :class:`SeriesError` naming its line.
     """
+    if os.path.exists(path) and not os.path.isfile(path):     # a directory, a FIFO (opening it would block)
+        raise SeriesError("file", f"{path}: not a regular file")
     try:
         f = open(path, newline="", encoding="utf-8-sig")
     except OSError as err:
         raise SeriesError("file", f"cannot read {path!r}: {err.strerror}") from None
-    with f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if not header:
-            raise SeriesError("file", f"{path} is empty")
-        header = [h.strip() for h in header]
-        time_col = time_col or "ts"
-        if time_col not in header:
-            raise SeriesError("time column", f"no column {time_col!r} in {path} (columns: {', '.join(header)})")
-        if value_col is None:
-            others = [h for h in header if h != time_col]
-            if len(others) != 1:
-                raise SeriesError("value column", f"{path} has columns {', '.join(header)}: name the one to use")
-            value_col = others[0]
-        if value_col not in header:
-            raise SeriesError("value column", f"no column {value_col!r} in {path} (columns: {', '.join(header)})")
-        ti, vi = header.index(time_col), header.index(value_col)
-        times, values = [], []
-        for lineno, row in enumerate(reader, 2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            try:
-                times.append(parse_time(row[ti]))
-            except (ValueError, IndexError):
-                raise SeriesError("time column", f"{path}:{lineno}: cannot read a time from "
-                                                 f"{row[ti] if ti < len(row) else ''!r}") from None
-            cell = row[vi].strip() if vi < len(row) else ""
-            try:
-                values.append(float(cell) if cell else math.nan)
-            except ValueError:
-                raise SeriesError("value column", f"{path}:{lineno}: {cell!r} is not a number") from None
+    try:
+        with f:
+            return _read_rows(path, f, time_col, value_col)
+    except UnicodeDecodeError as err:
+        raise SeriesError("file", f"{path}: not UTF-8 text (byte {err.start})") from None
+    except csv.Error as err:
+        raise SeriesError("file", f"{path}: not CSV gpufleet reads: {err}") from None
+
+
+def _read_rows(path: str, f, time_col: str | None, value_col: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of an open CSV file (see :func:`read_csv`)."""
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if not header:
+        raise SeriesError("file", f"{path} is empty")
+    header = [h.strip() for h in header]
+    time_col = time_col or "ts"
+    if time_col not in header:
+        raise SeriesError("time column", f"no column {time_col!r} in {path} (columns: {', '.join(header)})")
+    if value_col is None:
+        others = [h for h in header if h != time_col]
+        if len(others) != 1:
+            raise SeriesError("value column", f"{path} has columns {', '.join(header)}: name the one to use")
+        value_col = others[0]
+    if value_col not in header:
+        raise SeriesError("value column", f"no column {value_col!r} in {path} (columns: {', '.join(header)})")
+    ti, vi = header.index(time_col), header.index(value_col)
+    times, values = [], []
+    for lineno, row in enumerate(reader, 2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        try:
+            times.append(parse_time(row[ti]))
+        except (ValueError, IndexError):
+            raise SeriesError("time column", f"{path}:{lineno}: cannot read a time from "
+                                             f"{row[ti] if ti < len(row) else ''!r}") from None
+        cell = row[vi].strip() if vi < len(row) else ""
+        try:
+            values.append(float(cell) if cell else math.nan)
+        except ValueError:
+            raise SeriesError("value column", f"{path}:{lineno}: {cell!r} is not a number") from None
     if not times:
         raise SeriesError("file", f"{path} has no rows")
     return np.asarray(times, dtype=float), np.asarray(values, dtype=float)

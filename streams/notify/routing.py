@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import re
 import string
-import tomllib
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpufleet.collectors.files import FileError, read_toml
 
 from .matchers import LABELS, Matcher, labels, parse_duration
 from .receivers import RECEIVERS, Receiver, RoutesError
@@ -149,14 +150,9 @@ class Routes:
         """Read and check a routing file; raises :class:`RoutesError` with one line naming the setting.
         ``build=False`` checks the file without reading any secret."""
         try:
-            with open(path, "rb") as f:
-                raw = tomllib.load(f)
-        except FileNotFoundError:
-            raise RoutesError(f"routes file {path}: no such file") from None
-        except OSError as err:
-            raise RoutesError(f"routes file {path}: {err.strerror}") from None
-        except tomllib.TOMLDecodeError as err:
-            raise RoutesError(f"routes file {path}: not TOML: {err}") from None
+            raw = read_toml(path)
+        except FileError as err:
+            raise RoutesError(f"routes file {err}") from None
         try:
             return cls.parse(raw, build=build)
         except RoutesError as err:

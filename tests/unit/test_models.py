@@ -407,8 +407,17 @@ def test_the_packaged_model_loads_and_an_incompatible_one_is_refused(tmp_path):
     with pytest.raises(ModelError, match="straggler detector expects features"):
         Model.load(bad)
     bad.write_text("{not json")
-    with pytest.raises(ModelError, match="cannot be read"):
+    with pytest.raises(ModelError, match="not JSON"):
         Model.load(bad)
+    for damage, why in ((lambda t: t["l"].__setitem__(0, 0), "points outside its tree"),    # a loop
+                        (lambda t: t["f"].__setitem__(0, 99), "points outside its tree"),
+                        (lambda t: t["v"].pop(), "differ in length"),
+                        (lambda t: t["t"].__setitem__(0, "x"), "points outside its tree")):
+        broken = json.loads(json.dumps(doc))
+        damage(broken["kinds"]["io_starvation"]["trees"][0])
+        bad.write_text(json.dumps(broken))
+        with pytest.raises(ModelError, match=f"io_starvation detector is damaged .*{why}"):
+            Model.load(bad)
     newer = json.loads(json.dumps(doc))
     newer["kinds"]["memory_leak"]["warp_factor"] = 9
     bad.write_text(json.dumps(newer))

@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpufleet.collectors.files import FileError, read_text
+
 from ..http import Response
 
 
@@ -68,10 +70,9 @@ def read_secret(receiver: str, config: BaseModel, name: str) -> str | None:
         return value
     if path:
         try:
-            with open(path, encoding="utf-8") as f:
-                value = f.read().strip()
-        except OSError as err:
-            raise RoutesError(f"{where}: cannot read {path}: {err.strerror}") from None
+            value = read_text(path, 64 << 10).strip()         # a secret is a line; a file of 64 KiB is not one
+        except FileError as err:
+            raise RoutesError(f"{where}: {err}") from None
         if not value:
             raise RoutesError(f"{where}: {path} is empty")
         return value

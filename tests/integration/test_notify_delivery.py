@@ -19,7 +19,7 @@ from notify_helpers import incident, make
 
 from gpufleet.settings import load_settings
 from gpufleet.sql.store import Store
-from gpufleet.streams.kafka import ensure_topics, group_progress, produce
+from gpufleet.streams.kafka import consume, ensure_topics, group_progress, produce
 from gpufleet.streams.notify import service
 from gpufleet.streams.notify.receivers.webhook import verify
 from gpufleet.streams.notify.routing import Routes
@@ -420,6 +420,33 @@ def test_receiver_down_60_s_during_a_storm_of_500_incidents(tmp_path, receiver, 
     assert [r[:4] for r in rows] == [("hook", "firing", "sent", 500), ("hook", "resolved", "sent", 500),
                                      ("pd", "firing", "sent", 500), ("pd", "resolved", "sent", 500)]
     assert max(r[4] for r in rows) > 1                                                   # retried through the outage
+
+
+def test_poison_on_the_alert_topic_is_dead_lettered_and_every_alert_around_it_delivered(
+        tmp_path, receiver, server_store, clickhouse_url, kafka_bootstrap, alerts_topic):
+    prefix, topic = alerts_topic
+    port = free_port()
+    settings = settings_for(tmp_path, server_store.database, clickhouse_url, kafka_bootstrap, prefix,
+                            metrics_port=port)
+    ensure_topics(kafka_bootstrap, {service.dead_letter_topic(topic): 4})
+    router = Router(settings, routes_toml(tmp_path / "routes.toml", receiver), clickhouse_url, topic)
+    pairs = storm(20)
+    good = [json.dumps(f).encode() for f, _ in pairs]
+    poison = [b'{"a":' * 50_000 + b"}" * 50_000, b"\xff\xfe", b"[]", json.dumps({**pairs[0][0], "id": 7}).encode(),
+              json.dumps({**pairs[1][0], "evidence": "text", "id": "x1"}).encode()]
+    try:
+        produce(kafka_bootstrap, topic, [("k", v) for v in good[:10] + poison + good[10:]])
+        wait_until(lambda: len(receiver.received("/hook")) >= 20, 60, "every good alert")
+        wait_until(lambda: committed_all(kafka_bootstrap, settings.notify.group_id, topic), 30, "offsets committed")
+        metrics = scrape(port)
+    finally:
+        router.stop()
+    assert sorted(keys(receiver, "/hook")) == sorted(f"{f['id']}:firing" for f, _ in pairs)
+    dead = [json.loads(v) for _, v in consume(kafka_bootstrap, service.dead_letter_topic(topic),
+                                              f"check-{uuid.uuid4().hex[:6]}", idle_timeout_s=5, to_end=True)]
+    assert len(dead) == len(poison) and {d["reason_code"] for d in dead} == {"invalid"}
+    assert all(d["source"].startswith(f"{topic}/") and d["reason"] for d in dead)
+    assert metrics["gpufleet_notify_dead_letters_total"] == len(poison)
 
 
 def test_a_429_storm_is_waited_out_as_retry_after_says(tmp_path, server_store, clickhouse_url, kafka_bootstrap,

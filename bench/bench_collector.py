@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/bench_collector.py [--ticks 100000]    # KAFKA_BOOTSTRAP adds the publish figures
 
-1. CPU per tick for 8 GPUs on the fake NVML: the whole tick, the part spent inside
-   the fake NVML's calls, and the rest (gpufleet's own code around NVML: the fields
-   table, host /proc reading, attribution, the message, JSON); as a share of one core
-   at a 1 s interval.
+1. CPU per tick for 8 GPUs through the real pynvml over the stand-in library: the
+   whole tick, the part spent inside pynvml's calls (ctypes and the stand-in behind
+   them), and the rest (gpufleet's own code around NVML: the fields table, host /proc
+   reading, attribution, the message, JSON); as a share of one core at a 1 s interval.
 2. Memory (RSS) over --ticks ticks on a simulated clock, spool included: growth.
 3. Messages per second through the spool and publisher to a local broker, against
    raw confluent-kafka producing the same payloads to the same broker (baseline).
@@ -29,9 +29,9 @@ from common import machine  # noqa: E402
 
 from gpufleet.collectors.attribution import Attributor, ProcessAttributor  # noqa: E402
 from gpufleet.collectors.collector import Collector  # noqa: E402
-from gpufleet.collectors.fake_nvml import FakeNVML  # noqa: E402
 from gpufleet.collectors.host import HostSampler  # noqa: E402
 from gpufleet.collectors.nvml import NvmlReader  # noqa: E402
+from gpufleet.collectors.nvml_standin import StandIn  # noqa: E402
 from gpufleet.collectors.publisher import Publisher, producer_config  # noqa: E402
 from gpufleet.collectors.spool import Spool  # noqa: E402
 
@@ -41,9 +41,12 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def collector(clock) -> tuple[Collector, FakeNVML, NvmlReader]:
-    lib = FakeNVML(gpus=8, pcie_delay_s=0, clock=clock)
-    reader = NvmlReader(lib)
+def collector(clock) -> tuple[Collector, StandIn, NvmlReader]:
+    """8 GPUs behind the real pynvml, over the stand-in library (its functions are Python called through ctypes,
+    so "inside NVML" here is pynvml, ctypes and the stand-in, not a driver)."""
+    lib = StandIn(gpus=8, pcie_delay_s=0, clock=clock)
+    lib.install()
+    reader = NvmlReader()
     reader.open()
     reader._read_slow()     # the background thread's job: once, so the tick has every field
     return Collector("node-0", reader, HostSampler(), Attributor(None, ProcessAttributor()), interval_s=1.0,
@@ -64,9 +67,10 @@ def cpu_per_tick(n: int = 2000) -> None:
                 inside[0] += time.process_time() - t
         return wrapper
 
-    for name in dir(lib):
-        if name.startswith("nvml") and callable(getattr(lib, name)):
-            setattr(lib, name, timed(getattr(lib, name)))
+    import pynvml
+    for name in dir(pynvml):
+        if name.startswith("nvml") and callable(getattr(pynvml, name)):
+            setattr(pynvml, name, timed(getattr(pynvml, name)))
     json.dumps(c.collect())
     inside[0] = 0.0
     start = time.process_time()
@@ -74,9 +78,9 @@ def cpu_per_tick(n: int = 2000) -> None:
         json.dumps(c.collect(), separators=(",", ":")).encode()
     whole = (time.process_time() - start) / n
     nvml = inside[0] / n
-    print("| 8 GPUs, fake NVML | CPU per tick | per GPU | share of one core at a 1 s interval |")
+    print("| 8 GPUs, pynvml over the stand-in library | CPU per tick | per GPU | share of one core at a 1 s interval |")
     print("|---|---:|---:|---:|")
-    for name, t in (("whole tick", whole), ("inside the fake NVML calls", nvml),
+    for name, t in (("whole tick", whole), ("inside pynvml (and the stand-in behind it)", nvml),
                     ("gpufleet's code around NVML", whole - nvml)):
         print(f"| {name} | {t * 1e3:.3f} ms | {t / 8 * 1e6:.0f} µs | {t * 100:.3f}% |")
 

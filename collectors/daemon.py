@@ -43,6 +43,8 @@ class Metrics:
         self.lost = Gauge("gpufleet_collector_gpus_lost", "GPUs that fell off the bus", registry=r)
         self.read_errors = Gauge("gpufleet_collector_nvml_errors", "NVML reads that failed (the field is null)",
                                  registry=r)
+        self.rediscoveries = Gauge("gpufleet_collector_nvml_rediscoveries", "GPU enumerations after the first "
+                                   "(periodic, after a MIG change or a lost GPU)", registry=r)
 
     def update(self, publisher: Publisher, reader: NvmlReader) -> None:
         self.delivered.set(publisher.delivered)
@@ -53,11 +55,12 @@ class Metrics:
         self.gpus.set(len(reader.devices))
         self.lost.set(sum(d.lost for d in reader.physical))
         self.read_errors.set(reader.errors)
+        self.rediscoveries.set(reader.rediscoveries)
 
 
 def build(cfg, lib=None) -> tuple[NvmlReader, Collector]:
     """The NVML reader (opened) and the collector described by the ``collect`` settings."""
-    reader = NvmlReader(lib, slow_interval_s=cfg.interval_s)
+    reader = NvmlReader(lib, slow_interval_s=cfg.interval_s, rediscover_s=cfg.rediscover_s)
     reader.open()
     labels = LabelsFile(cfg.labels_file) if cfg.labels_file else None
     processes = ProcessAttributor(cfg.proc_root, cfg.job_env_var, cfg.tenant_env_var)

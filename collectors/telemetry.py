@@ -40,6 +40,13 @@ Count = Annotated[int, Field(ge=0), NotBool]
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 Ident = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
 
+# Clocks-event reasons that say how the clocks are set, not that the GPU is held back: application clocks
+# (0x2), sync boost (0x10, the GPUs of a board kept in step), display clock (0x100). Not throttling.
+BENIGN_CLOCK_EVENTS = 0x2 | 0x10 | 0x100
+# Fields of a MIG instance that are its physical GPU's (the collector reads them once per GPU): a sum over a
+# GPU's instances counts each GPU once (streams/rollups.py splits them evenly over the instances).
+PHYSICAL_EXTENSIVE = ("power_w", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")
+
 _STRICT = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True, populate_by_name=True)
 
 
@@ -97,6 +104,8 @@ class Gpu(BaseModel):
     ecc_dbe_total: Count | None = None
     xid_events: Annotated[list[Annotated[int, Field(ge=0, le=2**31), NotBool]], Field(max_length=MAX_XIDS)] = []
     processes: Annotated[list[Process], Field(max_length=MAX_PROCESSES)] = []
+    xids_dropped: Count | None = None         # XIDs past MAX_XIDS the collector left out of this sample
+    processes_dropped: Count | None = None    # processes past MAX_PROCESSES left out (the smallest)
 
     @model_validator(mode="after")
     def _used_within_total(self) -> Gpu:

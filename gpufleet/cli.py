@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet import __version__, notify_commands
+from gpufleet.collectors.nvml_standin import PROFILES
 from gpufleet.collectors.simulator import DEFAULT_START
 from gpufleet.errors import UsageError
 from gpufleet.settings import Settings, SettingsError, load_settings
@@ -442,9 +443,14 @@ def cmd_collect(args) -> int:
         raise UsageError(f"{args.prog}: argument --fake-gpus: {args.fake_gpus} is not between 0 and 64")
     lib = None
     if args.fake_gpus is not None:
-        from gpufleet.collectors.fake_nvml import FakeNVML
-        lib = FakeNVML(gpus=args.fake_gpus, seed=args.seed)
+        import pynvml
+
+        from gpufleet.collectors.nvml_standin import StandIn
+        StandIn(gpus=args.fake_gpus, seed=args.seed, profile=args.fake_driver).install()    # for this process
+        lib = pynvml
     try:
+        if args.check:
+            return _collect_check(daemon.build(settings.collect, lib)[0])
         if args.once:
             reader, collector = daemon.build(settings.collect, lib)
             try:
@@ -457,7 +463,23 @@ def cmd_collect(args) -> int:
             return 0
         return daemon.run(settings.collect, settings.kafka.bootstrap, settings.kafka.telemetry_topic, lib)
     except NvmlUnavailable as err:
-        raise UsageError(f"{args.prog}: {err}: install the NVIDIA driver, or run with --fake-gpus N") from None
+        raise UsageError(f"{args.prog}: {err} (or try it with --fake-gpus N)") from None
+
+
+def _collect_check(reader) -> int:
+    """``collect --check``: what this node's driver and GPUs let the collector read."""
+    try:
+        v = reader.versions()
+        print(f"driver {v['driver'] or '?'}, NVML {v['nvml'] or '?'}, CUDA {v['cuda'] or '?'}; "
+              f"{len(reader.physical)} GPUs, {len(reader.devices)} sampled devices")
+        for d, ways in reader.capabilities():
+            what = f"MIG {d.mig_profile} of GPU {d.index}" if d.parent else f"GPU {d.index}"
+            print(f"\n{what}: {d.model or '?'} {d.uuid}")
+            for name, how in ways.items():
+                print(f"  {name}: {how}")
+    finally:
+        reader.close()
+    return 0
 
 
 def _kafka_overrides(args) -> dict:
@@ -776,9 +798,15 @@ def build_parser() -> Parser:
                                    "gpufleet.telemetry.v1 message per tick to Kafka (key = node). Messages go "
                                    "through a bounded on-disk spool first, so a broker outage loses nothing "
                                    "within the bound. SIGTERM flushes and exits.")
-    s.add_argument("--fake-gpus", type=int, metavar="N", help="use a fake NVML with N GPUs (no driver needed)")
+    s.add_argument("--fake-gpus", type=int, metavar="N",
+                   help="N simulated GPUs behind the real pynvml (a stand-in for the driver's library; no GPU needed)")
+    s.add_argument("--fake-driver", default="R550", metavar="BRANCH", choices=sorted(PROFILES),
+                   help=f"driver branch of the fake GPUs: {', '.join(sorted(PROFILES))} (default R550)")
     s.add_argument("--seed", type=int, default=0, help="seed of the fake GPUs (default 0)")
     s.add_argument("--once", action="store_true", help="print one message to stdout and exit (no Kafka)")
+    s.add_argument("--check", action="store_true",
+                   help="print what this node can read (driver and NVML versions, every GPU and MIG instance, "
+                        "each field and the NVML function that gives it) and exit")
     s.add_argument("--interval", type=float, help="sampling interval in seconds (setting collect.interval_s, 5)")
     s.add_argument("--node", help="node name (setting collect.node, default: the host name)")
     s.add_argument("--pool", help="capacity pool (setting collect.pool)")

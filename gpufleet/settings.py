@@ -86,6 +86,9 @@ class CollectSettings(BaseModel):
     max_in_flight: int = Field(1000, ge=1, le=100_000, description="messages handed to librdkafka at once")
     flush_timeout_s: float = Field(10.0, ge=0, le=600, description="on SIGTERM, how long to try to send the spool")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus metrics port (0: off)")
+    rediscover_s: float = Field(60.0, ge=1, le=86400,
+                                description="enumerate the GPUs and MIG instances again this often (at once when a "
+                                            "handle goes stale; while a GPU is lost NVML is reopened this often)")
 
 
 class WorkerSettings(BaseModel):

@@ -12,7 +12,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.collectors.telemetry import BENIGN_CLOCK_EVENTS, PHYSICAL_EXTENSIVE, Telemetry
 
 from .output import Output, Table
 from .state import StateError
@@ -39,6 +39,29 @@ NODE_ROLLUP = Table("node_rollup_1m", ("minute", "node", "pool", "samples", "gpu
                                        *_stat_columns(NODE_METRICS)))
 
 NAN = float("nan")
+_GPU_PHYSICAL = tuple(i for i, m in enumerate(GPU_METRICS) if m in PHYSICAL_EXTENSIVE)
+_NODE_PHYSICAL = tuple(i for i, (_, m, _) in enumerate(NODE_GPU_METRICS) if m in PHYSICAL_EXTENSIVE)
+
+
+def mig_shares(gpus) -> dict[str, float] | None:
+    """Each MIG instance's share of its physical GPU's power and PCIe traffic (which every instance reports
+    whole): split evenly over the instances of the GPU in the message, so that a sum over them, a node's or a
+    pool's, counts each GPU once. None when no GPU is a MIG instance (the usual case)."""
+    parents: dict[str, int] = {}
+    for g in gpus:
+        if g.parent_uuid is not None:
+            parents[g.parent_uuid] = parents.get(g.parent_uuid, 0) + 1
+    if not parents:
+        return None
+    return {g.uuid: 1.0 / parents[g.parent_uuid] for g in gpus if g.parent_uuid is not None}
+
+
+def _shared(values: tuple, share: float, at: tuple[int, ...]) -> list:
+    out = list(values)
+    for i in at:
+        if out[i] is not None:
+            out[i] *= share
+    return out
 _gpu_values = attrgetter(*GPU_METRICS)
 _host_values = attrgetter(*HOST_METRICS)
 _node_gpu_values = attrgetter(*(metric for _, metric, _ in NODE_GPU_METRICS))
@@ -147,11 +170,15 @@ class GpuMinutes:
             at = rows = [index[u] if u in index else self._grow(u) for u in uuids]
         last, samples, throttled, xids, rented = self.last, self.samples, self.throttled, self.xids, self.rented_ms
         flat: list = []
+        shares = mig_shares(gpus)
         for i, g in zip(rows, gpus):
-            flat += _gpu_values(g)
+            if shares is None or g.uuid not in shares:
+                flat += _gpu_values(g)
+            else:
+                flat += _shared(_gpu_values(g), shares[g.uuid], _GPU_PHYSICAL)
             last[i] = (g.index, g.model or "", g.tenant or "", g.job or "")
             samples[i] += 1
-            if g.throttle_reasons:
+            if g.throttle_reasons and g.throttle_reasons & ~BENIGN_CLOCK_EVENTS:
                 throttled[i] += 1
             if g.xid_events:
                 xids[i] += len(g.xid_events)
@@ -271,7 +298,11 @@ class NodeMinute:
         host = msg.host
         values = list(_host_values(host)) if host is not None else [None] * len(HOST_METRICS)
         gpus = msg.gpus
-        columns = zip(*map(_node_gpu_values, gpus)) if gpus else [()] * len(NODE_GPU_METRICS)
+        shares = mig_shares(gpus)
+        rows = map(_node_gpu_values, gpus) if shares is None else (
+            _shared(_node_gpu_values(g), shares[g.uuid], _NODE_PHYSICAL) if g.uuid in shares else _node_gpu_values(g)
+            for g in gpus)
+        columns = zip(*rows) if gpus else [()] * len(NODE_GPU_METRICS)
         for (_, _, how), column in zip(NODE_GPU_METRICS, columns):
             vals = [v for v in column if v is not None] if None in column else column
             values.append((sum(vals) / len(vals) if how == "mean" else sum(vals)) if vals else None)

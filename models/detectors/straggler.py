@@ -47,6 +47,7 @@ from itertools import pairwise
 from operator import sub
 from typing import NamedTuple, Self
 
+from gpufleet.collectors.telemetry import BENIGN_CLOCK_EVENTS
 from gpufleet.streams.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
 from gpufleet.streams.output import Output
 
@@ -183,7 +184,7 @@ def _stats(columns: Sequence[list[float]]) -> Stats | None:
         throttled = capped = 0.0
     else:
         bits = _bits(throttle)
-        throttled = sum(1 for b in bits if b & ~POWER_CAP_BIT) / n
+        throttled = sum(1 for b in bits if b & ~(POWER_CAP_BIT | BENIGN_CLOCK_EVENTS)) / n
         capped = sum(1 for b in bits if b & POWER_CAP_BIT) / n
     return Stats(total / n, known_mean(clock), known_mean(power), known_mean(temp), throttled, capped, len(busy) / n, n)
 

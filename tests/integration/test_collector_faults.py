@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from gpufleet.collectors import daemon
-from gpufleet.collectors.fake_nvml import FakeNVML
+from gpufleet.collectors.nvml_standin import StandIn
 from gpufleet.settings import CollectSettings
 from gpufleet.streams.kafka import consume, ensure_topics
 
@@ -40,13 +40,16 @@ class Running:
         cfg.update(settings)
         self.cfg = CollectSettings(**cfg)
         self.stop_event = threading.Event()
+        self.nvml = StandIn(gpus=2, pcie_delay_s=0)
+        self.nvml.install()
         self.thread = threading.Thread(target=daemon.run, args=(self.cfg, broker.bootstrap, topic),
-                                       kwargs={"lib": FakeNVML(gpus=2, pcie_delay_s=0), "stop": self.stop_event})
+                                       kwargs={"stop": self.stop_event})
         self.thread.start()
 
     def stop(self):
         self.stop_event.set()
         self.thread.join(timeout=120)
+        self.nvml.uninstall()
         assert not self.thread.is_alive()
 
 

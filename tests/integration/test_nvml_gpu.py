@@ -41,3 +41,19 @@ def test_real_gpus_give_valid_telemetry_and_a_cheap_tick(real_nvml):
     print(f"\nreal NVML, {len(msg.gpus)} devices: tick {wall * 1e3:.2f} ms wall, {cpu * 1e3:.2f} ms CPU, "
           f"{cpu / len(msg.gpus) * 1e6:.0f} µs CPU per GPU")
     assert wall < 0.5
+
+
+def test_a_minute_of_readings_agrees_with_nvidia_smi_field_by_field(real_nvml):
+    """bench/nvml_vs_smi.py on this machine's GPUs (its table is printed; QUALITY.md records a run)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not on PATH")
+    real_nvml.close()
+    script = Path(__file__).parents[2] / "bench" / "nvml_vs_smi.py"
+    out = subprocess.run([sys.executable, str(script), "--seconds", "60"], capture_output=True, text=True,
+                         timeout=180)
+    print(out.stdout)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -3,17 +3,18 @@ import json
 
 from gpufleet.collectors.attribution import Attributor, LabelsFile
 from gpufleet.collectors.collector import Collector
-from gpufleet.collectors.fake_nvml import FakeNVML
 from gpufleet.collectors.host import HostSampler
 from gpufleet.collectors.nvml import NvmlReader
+from gpufleet.collectors.nvml_standin import StandIn
 from gpufleet.collectors.telemetry import parse
 
 
 def test_messages_are_valid_telemetry_with_attribution(tmp_path):
     labels = tmp_path / "labels.json"
-    lib = FakeNVML(gpus=3, pcie_delay_s=0)
-    labels.write_text(json.dumps({lib.devices[1].uuid: {"tenant": "acme", "job": "train-9"}}))
-    reader = NvmlReader(lib)
+    lib = StandIn(gpus=3, pcie_delay_s=0)
+    labels.write_text(json.dumps({lib.gpus[1].uuid: {"tenant": "acme", "job": "train-9"}}))
+    lib.install()
+    reader = NvmlReader()
     reader.open()
     c = Collector("node-7", reader, HostSampler(), Attributor(LabelsFile(str(labels))), pool="h100", interval_s=1)
     first, second = c.collect(), c.collect(dropped=4)
@@ -28,3 +29,14 @@ def test_messages_are_valid_telemetry_with_attribution(tmp_path):
     other = Collector("node-7", reader)
     assert other.collector_id != c.collector_id
     reader.close()
+    lib.uninstall()
+
+
+def test_the_collectors_daemonset_asks_for_the_nvidia_runtime():
+    """Without the NVIDIA container runtime the driver's libnvidia-ml.so.1 never reaches the container (unless
+    nvidia is the node's default runtime), and the collector would say there is no driver on a node that has one."""
+    from pathlib import Path
+    spec = (Path(__file__).parents[2] / "deploy" / "kubernetes" / "collector-daemonset.yaml").read_text()
+    pod = spec.split("kind: DaemonSet", 1)[1].split("containers:", 1)[0]
+    assert [line.split("#")[0].strip() for line in pod.splitlines() if "runtimeClassName" in line] == \
+        ["runtimeClassName: nvidia"]

@@ -976,3 +976,12 @@ def test_memory_that_runs_away_to_the_oom_is_paged_in_minutes_whatever_the_trees
         assert paged == replayed == set(), why
     assert memory_leak.runaway([8e9 + k * 0.6e9 for k in range(30)], 24e9, age_min=30.0) is not None
     assert memory_leak.runaway([8e9 + k * 0.6e9 for k in range(30)], 24e9, age_min=14.0) is None   # in the warm-up
+
+
+def test_a_straggler_is_not_throttled_by_clock_events_that_only_say_how_clocks_are_set():
+    from gpufleet.models.detectors.straggler import _stats
+    n = 4
+    base = [[float(t) for t in range(n)], [90.0] * n, [1900.0] * n, [600.0] * n]
+    for bits, throttled in (([0x2, 0x10, 0x100, 0x12], 0.0), ([0x20, 0x10, 0, 0], 0.25), ([0x4, 0x4, 0, 0], 0.0)):
+        s = _stats([*base, [float(b) for b in bits], [60.0] * n])
+        assert s is not None and s.throttled == throttled, bits

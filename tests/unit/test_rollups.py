@@ -145,3 +145,31 @@ def test_a_saved_gpu_minute_with_counts_that_are_not_numbers_is_refused_by_name(
     saved["gpus"]["GPU-0"]["samples"] = "three"
     with pytest.raises(StateError, match="GPU minute of GPU-0"):
         MinuteRollups.from_state(saved)
+
+
+def test_a_gpus_power_and_pcie_count_once_however_many_mig_instances_carry_them():
+    """Each MIG instance reports its physical GPU's power and PCIe traffic (the contract): a node's sum, and the
+    pools' sums over the GPU rows, count each GPU once, split evenly over its instances."""
+    whole = gpu(0, uuid="GPU-a", power_w=400.0, pcie_rx_bytes_per_s=7e9)
+    instances = [gpu(1, uuid=f"MIG-b{j}", parent_uuid="GPU-b", mig_profile="1g.10gb", power_w=350.0,
+                     pcie_rx_bytes_per_s=7e9, temp_c=61.0, util_pct=None) for j in range(7)]
+    for decoded in (parse, decode):
+        r, out = MinuteRollups(), Output()
+        r.add(decoded(json.dumps(message(60, gpus=[whole, *instances]))), out)
+        r.close("n1", out)
+        (node,) = [as_dict(NODE_ROLLUP, x) for x in out.rows[NODE_ROLLUP]]
+        assert node["gpu_power_w_mean"] == pytest.approx(750.0)
+        assert node["gpu_pcie_rx_bytes_per_s_mean"] == pytest.approx(14e9)
+        rows = {row["gpu_uuid"]: row for row in (as_dict(GPU_ROLLUP, x) for x in out.rows[GPU_ROLLUP])}
+        assert sum(row["power_w_mean"] for row in rows.values()) == pytest.approx(750.0)
+        assert rows["MIG-b3"]["power_w_mean"] == pytest.approx(50.0) and rows["MIG-b3"]["temp_c_mean"] == 61.0
+        assert rows["GPU-a"]["power_w_mean"] == 400.0
+
+
+def test_benign_clock_events_are_not_throttling():
+    r, out = MinuteRollups(), Output()
+    for ts, bits in ((60, 0x2), (65, 0x10), (70, 0x100 | 0x2), (75, 0x20 | 0x10), (80, 0x4)):
+        r.add(parse(message(ts, gpus=[gpu(0, throttle_reasons=bits)])), out)
+    r.close("n1", out)
+    (row,) = [as_dict(GPU_ROLLUP, x) for x in out.rows[GPU_ROLLUP]]
+    assert row["throttled_samples"] == 2            # thermal (with sync boost) and the power cap

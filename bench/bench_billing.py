@@ -32,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import best_of, machine, telemetry_lines  # noqa: E402
 
 from gpufleet.collectors.simulator import FleetSpec  # noqa: E402
-from gpufleet.collectors.telemetry import parse  # noqa: E402
+from gpufleet.contracts.output import Output  # noqa: E402
+from gpufleet.contracts.telemetry import parse  # noqa: E402
 from gpufleet.sql.store import Store  # noqa: E402
 from gpufleet.streams import embedded  # noqa: E402
 from gpufleet.streams.billing.prices import BillingConfig, Price, Tariff  # noqa: E402
 from gpufleet.streams.config import StreamConfig  # noqa: E402
 from gpufleet.streams.idle import IDLE_WINDOWS, IdleTracker  # noqa: E402
 from gpufleet.streams.metering import Metering  # noqa: E402
-from gpufleet.streams.output import Output  # noqa: E402
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
 
 OFF = BillingConfig(enabled=False)

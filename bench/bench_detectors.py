@@ -14,8 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import best_of, machine, saved_states, telemetry_lines  # noqa: E402
 
+from gpufleet.contracts.state import pack  # noqa: E402
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
-from gpufleet.streams.state import pack  # noqa: E402
 
 
 def run(lines: list[bytes], detect: bool) -> Pipeline:

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, telemetry_lines  # noqa: E402
 
-from gpufleet.collectors.telemetry import parse  # noqa: E402
+from gpufleet.contracts.telemetry import parse  # noqa: E402
 from gpufleet.sql.store import Store  # noqa: E402
 from gpufleet.streams import embedded  # noqa: E402
 from gpufleet.streams.decode import decode  # noqa: E402

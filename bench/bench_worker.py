@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RECENT, machine, saved_states  # noqa: E402
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation  # noqa: E402
+from gpufleet.contracts.state import pack  # noqa: E402
 from gpufleet.streams.kafka import delete_topics, ensure_topics, produce  # noqa: E402
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
-from gpufleet.streams.state import pack  # noqa: E402
 
 
 async def ceiling(bootstrap: str, topic: str, n: int) -> float:

@@ -12,8 +12,8 @@ import os
 import re
 from collections import OrderedDict
 
-from .files import FileError, read_json
-from .telemetry import MAX_ID, MAX_NAME
+from gpufleet.contracts.files import FileError, read_json
+from gpufleet.contracts.telemetry import MAX_ID, MAX_NAME
 
 log = logging.getLogger("gpufleet.collect")
 

@@ -5,10 +5,11 @@ import time
 import uuid
 from collections.abc import Callable
 
+from gpufleet.contracts.telemetry import SCHEMA
+
 from .attribution import Attributor
 from .host import HostSampler
 from .nvml import NvmlReader
-from .telemetry import SCHEMA
 
 
 class Collector:

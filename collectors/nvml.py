@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .telemetry import MAX_PROCESSES, MAX_XIDS
+from gpufleet.contracts.telemetry import MAX_PROCESSES, MAX_XIDS
 
 log = logging.getLogger("gpufleet.collect")
 

@@ -536,7 +536,7 @@ def cmd_topics(args) -> int:
 def cmd_publish(args) -> int:
     import os
 
-    from gpufleet.collectors.telemetry import end_of_stream
+    from gpufleet.contracts.telemetry import end_of_stream
     from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics, produce, produce_to_every_partition
     if not os.path.isfile(args.file):
         raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
@@ -585,9 +585,9 @@ class LineCheck:
         self.dead: list[dict] = []
 
     def __call__(self, where: str, line: bytes) -> str | None:
-        from gpufleet.collectors.telemetry import TelemetryError, control_kind, unreadable
+        from gpufleet.contracts.events import dead_letter
+        from gpufleet.contracts.telemetry import TelemetryError, control_kind, unreadable
         from gpufleet.streams.decode import decode
-        from gpufleet.streams.events import dead_letter
         if control_kind(line) is not None:
             return ""                                # a marker the workers act on: sent as it is
         try:

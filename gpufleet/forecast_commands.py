@@ -162,7 +162,7 @@ def read_policy(path: str, pool: str | None):
     ``[scale]``, with ``[pools.<pool>]`` over them for ``pool``."""
     from pydantic import ValidationError
 
-    from gpufleet.collectors.files import FileError, read_toml
+    from gpufleet.contracts.files import FileError, read_toml
     from gpufleet.settings import ScaleSettings
     try:
         data = read_toml(path)

@@ -10,7 +10,8 @@ from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.errors import UsageError
 from gpufleet.models import baselines, evaluate
 from gpufleet.models.artifact import Model
-from gpufleet.models.train import Recording, Tuning, incidents, record, train_on_simulations
+from gpufleet.models.train import Recording, Tuning, incidents
+from gpufleet.streams.recording import record, train_on_simulations
 from gpufleet.summary import table
 
 GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.9, "false_per_1000h": 1.0, "delay_p50_s": 120.0,
@@ -118,7 +119,7 @@ def _recorded_files(pairs: list[tuple[str, str]], model: Model, progress) -> Rec
 def read_labels(path: str) -> list[dict]:
     """Ground truth, one fault a line (what ``gpufleet simulate`` and the held-out generator write); a line that is
     not one is a usage error naming its line."""
-    from gpufleet.collectors.files import FileError, parse_json, read_text
+    from gpufleet.contracts.files import FileError, parse_json, read_text
     try:
         text = read_text(path, 256 << 20)
         labels = []

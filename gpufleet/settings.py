@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict
 
-from gpufleet.collectors.files import FileError, read_toml
+from gpufleet.contracts.files import FileError, read_toml
 from gpufleet.models.scaling import Policy
 from gpufleet.sql import parse_dsn
 from gpufleet.streams.billing.prices import BillingConfig

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collectors.files import FileError, read_json
+from gpufleet.contracts.files import FileError, read_json
 
 from .detectors import FEATURE_VERSION, FEATURES
 

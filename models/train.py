@@ -1,7 +1,7 @@
 """Training on simulated fleets with ground-truth labels.
 
-1. Run the stream processors over each fleet's telemetry with a recorder: every window every
-   detector evaluates is kept with its features and the target it names.
+1. Record (``streams/recording.py``, which runs the stream's processors over each fleet's telemetry with a
+   recorder): every window every detector evaluates is kept with its features and the target it names.
 2. Label each window from the ground truth: inside a fault of its kind on its target (once the
    window lies wholly inside) is positive; outside every such fault is negative; the edges are left out.
 3. Fit, per kind, gradient-boosted trees (scikit-learn's GradientBoostingClassifier, shallow trees)
@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.streams.output import Output
+from gpufleet.contracts.output import Output
 
 from . import evaluate
 from .artifact import KindModel, Model
@@ -62,34 +60,6 @@ class Recording:
         self.alerts += other.alerts
         self.labels += other.labels
         self.gpu_hours += other.gpu_hours
-
-
-def record(messages: Iterable, labels: list[dict], model: Model | None = None, cfg=None,
-           progress: Callable[[int], None] | None = None) -> Recording:
-    """Run the processors over messages (dicts, JSON lines or bytes) and keep every evaluated window."""
-    from gpufleet.streams.billing.prices import BillingConfig
-    from gpufleet.streams.config import StreamConfig
-    from gpufleet.streams.pipeline import Pipeline
-
-    rec = Recording()
-    cfg = (cfg or StreamConfig()).model_copy(update={"raw_samples": False})
-    pipeline = Pipeline(cfg, model=model or Model.untrained(), recorder=rec.record,
-                        billing=BillingConfig(enabled=False))      # alerts only: no billing records
-    samples = 0.0
-    for i, m in enumerate(messages):
-        msg = pipeline.submit(m, f"train:{i}")
-        if msg is not None:
-            samples += len(msg.gpus) * (msg.interval_s or cfg.default_interval_s)
-        if i % 2048 == 0:
-            rec.alerts += pipeline.out.events
-            pipeline.out.rows, pipeline.out.events, pipeline.out.dead, pipeline.out.done = {}, [], [], []
-            if progress is not None:
-                progress(i)
-    pipeline.flush()
-    rec.alerts += pipeline.out.events
-    rec.labels = list(labels)
-    rec.gpu_hours = samples / 3600
-    return rec
 
 
 def _fault_index(labels: list[dict], kind: str) -> dict[str, list[dict]]:
@@ -318,49 +288,3 @@ def train(recordings: Recording, describe: dict, max_false_per_1000h: float = 0.
             "faults": {k: sum(1 for f in recordings.labels if f["kind"] == k) for k in (*KINDS, "idle")},
             "training_metrics": metrics, "trained_in_s": None}
     return Model(kinds, meta)
-
-
-def record_simulation(spec) -> Recording:
-    """Every window of one simulated fleet (``spec``: a FleetSpec), with its labels."""
-    from gpufleet.collectors.simulator import Simulation
-    sim = Simulation(spec)
-    return record(sim.messages(), sim.labels())
-
-
-def record_simulations(specs: list, progress: Callable[[str], None] | None = None) -> Recording:
-    """The windows of several simulated fleets, recorded side by side on the machine's cores."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    total = Recording()
-    workers = max(1, min(len(specs), os.cpu_count() or 1))
-    if progress is not None:
-        for spec in specs:
-            progress(f"recording seed {spec.seed}: {spec.nodes} nodes x {spec.gpus_per_node} GPUs, "
-                     f"{spec.hours:g} h ({workers} at a time)")
-    recordings: Iterable[Recording]
-    if workers == 1:
-        recordings = map(record_simulation, specs)
-    else:
-        pool = ProcessPoolExecutor(workers)
-        recordings = pool.map(record_simulation, specs)
-    try:
-        for spec, rec in zip(specs, recordings):
-            total.extend(rec)
-            if progress is not None:
-                progress(f"recorded seed {spec.seed}")
-    finally:
-        if workers > 1:
-            pool.shutdown()
-    return total
-
-
-def train_on_simulations(specs: list, max_false_per_1000h: float = 0.3,
-                         progress: Callable[[str], None] | None = None) -> Model:
-    started = time.monotonic()
-    total = record_simulations(specs, progress)
-    describe = {"simulated": [{"seed": s.seed, "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "hours": s.hours,
-                               "interval_s": s.interval_s, "faults_per_kind": s.faults_per_kind} for s in specs]}
-    model = train(total, describe, max_false_per_1000h)
-    model.metadata["trained_in_s"] = round(time.monotonic() - started, 1)
-    return model

@@ -17,8 +17,9 @@ limit too. Replays never use the wall clock.
 """
 from __future__ import annotations
 
+from gpufleet.contracts.state import StateError, check_version
+
 from .eventtime import LowWatermark
-from .state import StateError, check_version
 
 INF = float("inf")
 CLOCK_VERSION = 1

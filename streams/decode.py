@@ -1,6 +1,6 @@
 """Telemetry v1 decoded in one pass: msgspec structs made from the pydantic contract, field for field.
 
-``collectors/telemetry.py`` is the contract: pydantic models whose validation errors name the field path
+``gpufleet/contracts/telemetry.py`` is the contract: pydantic models whose validation errors name the field path
 (``gpus.3.util_pct: Input should be less than or equal to 100``), and what the dead-letter topic says. The
 stream decodes every message once, so the decoder is on the hot path: pydantic takes about as long as
 ``json.loads`` of the same bytes, msgspec a quarter of that (two fifths with the names shared, below); a
@@ -17,7 +17,7 @@ accepts, and its values are carried over into the structs. Both paths give the s
 input (``tests/unit/test_decode.py`` holds them to it over thousands of mutated messages).
 
 The structs answer what the stream reads of a message (attributes by the contract's names, ``to_json``,
-``to_dict``, ``with_gpus``); a pydantic :class:`~gpufleet.collectors.telemetry.Telemetry` given to the
+``to_dict``, ``with_gpus``); a pydantic :class:`~gpufleet.contracts.telemetry.Telemetry` given to the
 stream directly works the same way.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ from msgspec.structs import astuple, force_setattr
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from gpufleet.collectors import telemetry as contract
-from gpufleet.collectors.telemetry import MAX_MESSAGE_BYTES, TelemetryError
+from gpufleet.contracts import telemetry as contract
+from gpufleet.contracts.telemetry import MAX_MESSAGE_BYTES, TelemetryError
 
 _FINITE = sys.float_info.max
 _BOUNDS = ("ge", "gt", "le", "lt", "min_length", "max_length")      # annotated_types' Ge, Gt, ... MaxLen

@@ -51,7 +51,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .output import Output
+from gpufleet.contracts.output import Output
+
 from .sink import Sink
 
 log = logging.getLogger("gpufleet.worker")

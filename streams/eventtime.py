@@ -21,10 +21,10 @@ from bisect import bisect_left
 
 from pydantic import BaseModel
 
-from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.contracts.state import StateError
+from gpufleet.contracts.telemetry import Telemetry
 
 from .decode import Strings, pack_message, unpack_message, with_gpus
-from .state import StateError
 
 ACCEPTED, DUPLICATE, LATE, REPLAYED = "accepted", "duplicate", "late", "replayed"
 HELD = "held"      # a repeat of a message still waiting: its reference is done when that one is

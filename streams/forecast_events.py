@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .output import Table
+from gpufleet.contracts.output import Table
 
 FORECAST_SCHEMA: Literal["gpufleet.forecast.v1"] = "gpufleet.forecast.v1"
 SCALE_SCHEMA: Literal["gpufleet.scale.v1"] = "gpufleet.scale.v1"

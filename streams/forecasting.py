@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.contracts.output import Table
 from gpufleet.models.forecast import Forecaster
 from gpufleet.models.scaling import Observed, Standing, decide, next_standing
 from gpufleet.models.series import DAY, Series, regular
 
 from .forecast_events import FORECASTS, SCALE_EVENTS, forecast_event, forecast_rows, scale_event, scale_row
-from .output import Table
 from .sink import Sink
 
 log = logging.getLogger("gpufleet.forecast")

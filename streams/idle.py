@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.contracts.events import alert
+from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts.state import StateError, load_fields, save_fields
+from gpufleet.contracts.telemetry import Telemetry
 
 from .billing.prices import Tariff, default_tariff
 from .config import StreamConfig
-from .events import alert
-from .output import Output, Table
-from .state import StateError, load_fields, save_fields
 
 IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "node", "pool", "gpu_index", "tenant",
                                       "job", "duration_s", "samples", "max_util_pct", "end_reason", "open"))

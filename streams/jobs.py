@@ -17,11 +17,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from gpufleet.contracts.jobsample import CLOCK, POWER, UTIL, UUID
+from gpufleet.contracts.output import Output, Table, source_of
+from gpufleet.contracts.state import StateError, check_version, load_fields, save_fields
 from gpufleet.models.detectors import Detection, JobDetectors
-
-from .jobsample import CLOCK, POWER, UTIL, UUID
-from .output import Output, Table, source_of
-from .state import StateError, check_version, load_fields, save_fields
 
 STATE_VERSION = 3
 

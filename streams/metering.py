@@ -31,15 +31,15 @@ from array import array
 from dataclasses import dataclass
 from fractions import Fraction
 
-from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.contracts.events import BILLING_SCHEMA
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.state import StateError, load_fields, save_fields
+from gpufleet.contracts.telemetry import Telemetry
 
 from .billing.metered import Metered
 from .billing.prices import Tariff, money
 from .config import StreamConfig
-from .events import BILLING_SCHEMA
 from .idle import Run
-from .output import Output
-from .state import StateError, load_fields, save_fields
 
 INF = float("inf")
 UTIL_SCALE = 1000          # utilization kept in thousandths of a percent: sums of util x ms stay integers

@@ -1,19 +1,19 @@
 """Everything the stream keeps for one node, fed with that node's messages."""
 from __future__ import annotations
 
-from gpufleet.collectors.telemetry import Telemetry
+from gpufleet.contracts.jobsample import job_samples
+from gpufleet.contracts.output import Output, source_of
+from gpufleet.contracts.state import StateError, check_version
+from gpufleet.contracts.telemetry import Telemetry
 from gpufleet.models.detectors import Detection, NodeDetectors
 
 from .billing.prices import Tariff, default_tariff
 from .config import StreamConfig
 from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
-from .jobsample import job_samples
 from .metering import Metering
-from .output import Output, source_of
 from .rollups import MinuteRollups
 from .samples import sample_rows
-from .state import StateError, check_version
 
 STATE_VERSION = 5       # 4: metering, and rented time in the GPU rollups; 5: detectors by kind
 

@@ -11,7 +11,10 @@ import json
 import time
 from collections.abc import Callable
 
-from gpufleet.collectors.telemetry import Telemetry, TelemetryError, check_clock, control_kind
+from gpufleet.contracts.jobsample import invalid_job_sample
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.state import StateError
+from gpufleet.contracts.telemetry import Telemetry, TelemetryError, check_clock, control_kind
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import Detection, Recorder
 
@@ -20,10 +23,7 @@ from .config import StreamConfig
 from .decode import decode
 from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
 from .jobs import JobProcessor
-from .jobsample import invalid_job_sample
 from .node import NodeProcessor
-from .output import Output
-from .state import StateError
 
 
 class Pipeline:

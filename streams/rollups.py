@@ -12,10 +12,9 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpufleet.collectors.telemetry import BENIGN_CLOCK_EVENTS, PHYSICAL_EXTENSIVE, Telemetry
-
-from .output import Output, Table
-from .state import StateError
+from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts.state import StateError
+from gpufleet.contracts.telemetry import BENIGN_CLOCK_EVENTS, PHYSICAL_EXTENSIVE, Telemetry
 
 GPU_METRICS = ("util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_clock_mhz",
                "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")

@@ -1,9 +1,8 @@
 """Raw GPU samples as store rows (kept for a limited time; see the TTL in sql/)."""
 from __future__ import annotations
 
-from gpufleet.collectors.telemetry import Telemetry
-
-from .output import Output, Table
+from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts.telemetry import Telemetry
 
 GPU_SAMPLES = Table("gpu_samples", (
     "ts", "node", "pool", "gpu_uuid", "gpu_index", "tenant", "job", "util_pct", "mem_util_pct", "mem_used_bytes",

@@ -13,10 +13,9 @@ import time
 from collections.abc import Sequence
 from decimal import Decimal
 
+from gpufleet.contracts.events import ALERT_SCHEMA, BILLING_SCHEMA
+from gpufleet.contracts.output import Table
 from gpufleet.sql import StoreUnavailable
-
-from .events import ALERT_SCHEMA, BILLING_SCHEMA
-from .output import Table
 
 log = logging.getLogger("gpufleet.sink")
 

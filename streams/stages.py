@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from gpufleet.collectors.telemetry import control_kind, unreadable
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.state import pack, unpack
+from gpufleet.contracts.telemetry import control_kind, unreadable
 
 from .clocks import INF, PartitionClock, SourceClock
 from .durable import Share, StateKey, job_partition
-from .output import Output
 from .pipeline import Pipeline
-from .state import pack, unpack
 
 P = TypeVar("P")
 NODES, JOBS, CLOCKS = "nodes", "jobs", "clocks"

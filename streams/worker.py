@@ -11,8 +11,10 @@ from typing import Any
 
 import faust
 
+from gpufleet.contracts.events import BILLING_SCHEMA
+from gpufleet.contracts.state import StateError
+
 from .durable import Rebalances, Stage, Topics
-from .events import BILLING_SCHEMA
 from .faust_compat import KeyedTable, deliver_every_record, rewind_from_zero
 from .jobs import JobProcessor
 from .metrics import WorkerMetrics
@@ -20,7 +22,6 @@ from .node import NodeProcessor
 from .pipeline import Pipeline
 from .sink import Sink
 from .stages import CLOCKS, JOBS, NODES, JobStage, NodeStage, saved
-from .state import StateError
 
 log = logging.getLogger("gpufleet.worker")
 

@@ -5,7 +5,7 @@ import queue
 import threading
 import time
 
-from gpufleet.streams.events import alert
+from gpufleet.contracts.events import alert
 from gpufleet.streams.notify.http import Response, Unreachable
 from gpufleet.streams.notify.outbox import Outbox
 from gpufleet.streams.notify.router import Router

@@ -5,7 +5,8 @@ import math
 import random
 from collections.abc import Iterator
 
-from ..telemetry import SCHEMA
+from gpufleet.contracts.telemetry import SCHEMA
+
 from .fleet import Node
 from .plan import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, Allocation, Fault, Planner, _tide
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from gpufleet.streams.output import Output
-from gpufleet.streams.state import StateError
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.state import StateError
 
 from . import io_starvation, memory_leak, straggler
 from .base import Recorder

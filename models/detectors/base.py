@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
 
-from gpufleet.streams.events import alert
-from gpufleet.streams.output import Output
-from gpufleet.streams.state import StateError, load_fields, save_fields
+from gpufleet.contracts.events import alert
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.state import StateError, load_fields, save_fields
 
 EPOCH_S = 30.0          # how often windows are evaluated (at least; slower collectors stretch it)
 WINDOW_S = 60.0         # how much a window holds, at least three samples of the slowest collector

@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from typing import Self
 
-from gpufleet.streams.output import Output
+from gpufleet.contracts.output import Output
 
 from .base import (
     EPOCH_S,

@@ -52,7 +52,7 @@ from operator import mul
 
 import numpy as np
 
-from gpufleet.streams.output import Output
+from gpufleet.contracts.output import Output
 
 from .base import (
     Decider,

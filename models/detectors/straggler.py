@@ -47,9 +47,9 @@ from itertools import pairwise
 from operator import sub
 from typing import NamedTuple, Self
 
-from gpufleet.collectors.telemetry import BENIGN_CLOCK_EVENTS
-from gpufleet.streams.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
-from gpufleet.streams.output import Output
+from gpufleet.contracts.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.telemetry import BENIGN_CLOCK_EVENTS
 
 from .base import (
     EPOCH_S,
@@ -443,7 +443,7 @@ class Detector:
         for uuid in sample.get("quiet", ()):
             self.quiet[uuid] = ts + wait
         cutoff = ts - wait
-        for g in sample["gpus"]:        # a job sample's GPUs (streams/jobsample.py)
+        for g in sample["gpus"]:        # a job sample's GPUs (gpufleet/contracts/jobsample.py)
             uuid = g[UUID]
             w = self.gpus.get(uuid)
             if w is None:

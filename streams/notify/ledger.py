@@ -10,8 +10,8 @@ import logging
 import threading
 import time
 
+from gpufleet.contracts.output import Table
 from gpufleet.sql import StoreError
-from gpufleet.streams.output import Table
 
 from . import silences as silence_store
 from .outbox import FINAL, Outbox

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
-from gpufleet.streams.events import alert_problem
-from gpufleet.streams.output import crash_line
+from gpufleet.contracts.events import alert_problem
+from gpufleet.contracts.output import crash_line
 
 from .matchers import labels
 from .outbox import FINAL, Delivery, Outbox

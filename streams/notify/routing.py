@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpufleet.collectors.files import FileError, read_toml
+from gpufleet.contracts.files import FileError, read_toml
 
 from .matchers import LABELS, Matcher, labels, parse_duration
 from .receivers import RECEIVERS, Receiver, RoutesError

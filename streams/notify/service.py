@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpufleet.collectors.telemetry import unreadable
-from gpufleet.streams.events import DEADLETTER_SCHEMA, alert_problem, dead_letter
+from gpufleet.contracts.events import DEADLETTER_SCHEMA, alert_problem, dead_letter
+from gpufleet.contracts.telemetry import unreadable
 
 from .ledger import Ledger
 from .metrics import NotifyMetrics

@@ -14,7 +14,7 @@ import pytest
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.model_commands import evaluate_recording, goals
 from gpufleet.models.artifact import Model
-from gpufleet.models.train import record, train_on_simulations
+from gpufleet.streams.recording import record, train_on_simulations
 
 pytestmark = pytest.mark.slow
 

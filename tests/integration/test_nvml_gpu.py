@@ -7,7 +7,7 @@ import pytest
 from gpufleet.collectors.collector import Collector
 from gpufleet.collectors.host import HostSampler
 from gpufleet.collectors.nvml import NvmlReader, NvmlUnavailable
-from gpufleet.collectors.telemetry import parse
+from gpufleet.contracts.telemetry import parse
 
 pytestmark = pytest.mark.gpu
 

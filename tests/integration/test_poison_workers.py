@@ -13,7 +13,7 @@ from test_parity import same_rows
 from test_workers import TABLES, Workers, gpufleet, wait_until
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.collectors.telemetry import end_of_stream
+from gpufleet.contracts.telemetry import end_of_stream
 from gpufleet.sql.store import Store
 from gpufleet.streams.kafka import consume, produce, produce_to_every_partition
 

@@ -2,11 +2,11 @@
 import json
 from collections import namedtuple
 
+from gpufleet.contracts.output import Output
 from gpufleet.streams.clocks import INF, PartitionClock, SourceClock
 from gpufleet.streams.eventtime import LowWatermark
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
-from gpufleet.streams.output import Output
 
 
 def test_the_low_watermark_is_the_lowest_mark_and_marks_only_advance():

@@ -6,7 +6,7 @@ from gpufleet.collectors.collector import Collector
 from gpufleet.collectors.host import HostSampler
 from gpufleet.collectors.nvml import NvmlReader
 from gpufleet.collectors.nvml_standin import StandIn
-from gpufleet.collectors.telemetry import parse
+from gpufleet.contracts.telemetry import parse
 
 
 def test_messages_are_valid_telemetry_with_attribution(tmp_path):

@@ -7,8 +7,8 @@ import random
 import pytest
 from helpers import gpu, message
 
-from gpufleet.collectors import telemetry as contract
-from gpufleet.collectors.telemetry import MAX_GPUS, TelemetryError
+from gpufleet.contracts import telemetry as contract
+from gpufleet.contracts.telemetry import MAX_GPUS, TelemetryError
 from gpufleet.streams import decode as fast
 
 VALUES = [-1, 0, 1, 50, 100, 100.5, -50, 200, 201, 4096, 4097, 2**31, 2**31 + 1, 2**63 - 1, 2**63, 2**64, 3.0, 0.5,

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.collectors.telemetry import end_of_stream
+from gpufleet.contracts.events import BILLING_SCHEMA
+from gpufleet.contracts.telemetry import end_of_stream
 from gpufleet.sql.memory import MemoryStore
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
-from gpufleet.streams.events import BILLING_SCHEMA
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))          # bench/ sits at the repository root, out
 
 from bench.evalfleet import FleetSpec, generate  # noqa: E402
 from bench.evalfleet.__main__ import main  # noqa: E402
-from gpufleet.collectors.telemetry import parse  # noqa: E402
+from gpufleet.contracts.telemetry import parse  # noqa: E402
 
 SPEC = FleetSpec(seed=4, nodes=10, hours=3, stragglers=6, io_starvations=6, leaks=6, intervals=(2, 5, 10, 15, 30, 60))
 KINDS = {"straggler", "io_starvation", "memory_leak", "idle"}

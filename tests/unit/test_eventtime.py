@@ -4,7 +4,7 @@ import random
 import pytest
 from helpers import gpu, message
 
-from gpufleet.collectors.telemetry import parse
+from gpufleet.contracts.telemetry import parse
 from gpufleet.streams.decode import Strings, decode
 from gpufleet.streams.eventtime import ACCEPTED, DUPLICATE, HELD, LATE, Gate, Released
 

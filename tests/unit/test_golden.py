@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collectors.simulator import DEFAULT_START, FleetSpec, Simulation
+from gpufleet.contracts.events import Alert, Billing
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.events import Alert, Billing
 from gpufleet.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collectors.host import HostSampler
-from gpufleet.collectors.telemetry import Host
+from gpufleet.contracts.telemetry import Host
 
 RATES = ("cpu_util_pct", "iowait_pct", "disk_read_bytes_per_s", "net_rx_bytes_per_s")
 # user nice system idle iowait irq softirq steal guest guest_nice

@@ -1,10 +1,10 @@
 import pytest
 from helpers import gpu, message
 
-from gpufleet.collectors.telemetry import parse
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.telemetry import parse
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.idle import IDLE_WINDOWS, IdleTracker
-from gpufleet.streams.output import Output
 
 CFG = StreamConfig(idle_threshold_pct=5, idle_window_s=600)
 

@@ -6,9 +6,9 @@ from decimal import Decimal
 import pytest
 from helpers import gpu, message
 
+from gpufleet.contracts.events import Billing
 from gpufleet.streams.billing.prices import BillingConfig, Price
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.events import Billing
 from gpufleet.streams.idle import IDLE_WINDOWS
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
@@ -255,8 +255,8 @@ def test_a_node_restored_mid_run_from_its_saved_state_bills_what_the_running_one
 
 
 def test_a_saved_billing_record_keeps_its_fields_by_name_and_counters_that_are_not_integers_are_refused():
+    from gpufleet.contracts.state import StateError
     from gpufleet.streams.metering import COUNTERS, Record
-    from gpufleet.streams.state import StateError
 
     rec = Record(1_796_083_200, "acme", "train-1", "pool-a", "H100", 3, None)
     rec.rented, rec.util_sum = 3_600_000, 100_000 * 3_600_000

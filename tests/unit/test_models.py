@@ -6,12 +6,12 @@ from array import array
 
 import pytest
 
+from gpufleet.contracts.output import Output
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
 from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
 from gpufleet.models.detectors.base import Incidents, StateError
 from gpufleet.models.train import incidents, positives
-from gpufleet.streams.output import Output
 
 
 def stats(util, clock=0.99, power=0.8, throttle=0, temp=60.0, n=12):

@@ -10,7 +10,7 @@ import pytest
 from gpufleet.collectors import nvml_standin as si
 from gpufleet.collectors.nvml import ALL_FIELDS, NvmlReader, NvmlUnavailable
 from gpufleet.collectors.nvml_standin import Process, StandIn
-from gpufleet.collectors.telemetry import MAX_PROCESSES, MAX_XIDS, Gpu, parse
+from gpufleet.contracts.telemetry import MAX_PROCESSES, MAX_XIDS, Gpu, parse
 
 OLD, NEW = ("R440", "R470", "R525"), ("R535", "R550", "R570")
 

@@ -4,8 +4,8 @@ import random
 from helpers import gpu, message
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.contracts.events import DeadLetter
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.events import DeadLetter
 from gpufleet.streams.pipeline import Pipeline
 
 

@@ -8,14 +8,14 @@ from helpers import gpu, message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.collectors import telemetry as contract
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.collectors.telemetry import TelemetryError
+from gpufleet.contracts import telemetry as contract
+from gpufleet.contracts.events import alert, alert_problem
+from gpufleet.contracts.jobsample import invalid_job_sample
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.telemetry import TelemetryError
 from gpufleet.streams import decode as fast
 from gpufleet.streams.durable import Share
-from gpufleet.streams.events import alert, alert_problem
-from gpufleet.streams.jobsample import invalid_job_sample
-from gpufleet.streams.output import Output
 from gpufleet.streams.pipeline import Pipeline
 from gpufleet.streams.stages import JobStage
 

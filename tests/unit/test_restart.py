@@ -7,10 +7,10 @@ import pytest
 from helpers import event_key
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.contracts.output import Output
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.jobs import JOB_ROLLUP, JobProcessor
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.output import Output
 from gpufleet.streams.pipeline import Pipeline
 
 CFG = StreamConfig(lateness_s=30)

@@ -4,11 +4,11 @@ import random
 import pytest
 from helpers import gpu, message
 
-from gpufleet.collectors.telemetry import parse
+from gpufleet.contracts.output import Output
+from gpufleet.contracts.state import StateError
+from gpufleet.contracts.telemetry import parse
 from gpufleet.streams.decode import decode
-from gpufleet.streams.output import Output
 from gpufleet.streams.rollups import GPU_METRICS, GPU_ROLLUP, NODE_ROLLUP, MinuteRollups
-from gpufleet.streams.state import StateError
 
 
 def as_dict(table, row):

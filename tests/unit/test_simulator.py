@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.collectors.telemetry import parse
+from gpufleet.contracts.telemetry import parse
 
 SMALL = dict(nodes=4, gpus_per_node=4, hours=3, seed=7, faults_per_kind=2)
 

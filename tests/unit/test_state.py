@@ -4,6 +4,7 @@ import json
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.contracts.state import StateError, load_fields, pack, save_fields, unpack
 from gpufleet.models.detectors import JobDetectors, NodeDetectors, io_starvation, memory_leak, straggler
 from gpufleet.models.detectors.base import Incident, Incidents
 from gpufleet.streams.config import StreamConfig
@@ -14,7 +15,6 @@ from gpufleet.streams.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
 from gpufleet.streams.rollups import GpuMinutes, MinuteRollups, NodeMinute
-from gpufleet.streams.state import StateError, load_fields, pack, save_fields, unpack
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 from helpers import gpu, message
 from pydantic import ValidationError
 
-from gpufleet.collectors.telemetry import MAX_GPUS, Telemetry, TelemetryError, check_clock, parse
+from gpufleet.contracts.telemetry import MAX_GPUS, Telemetry, TelemetryError, check_clock, parse
 
 
 def test_minimal_message_with_nulls_is_valid():

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpufleet.collectors.files import FileError, read_text
+from gpufleet.contracts.files import FileError, read_text
 
 from ..http import Response
 

@@ -9,9 +9,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet import __version__, notify_commands
+from gpufleet import __version__
 from gpufleet.collectors.nvml_standin import PROFILES
 from gpufleet.collectors.simulator import DEFAULT_START
+from gpufleet.commands import notify as notify_commands
 from gpufleet.errors import UsageError
 from gpufleet.settings import Settings, SettingsError, load_settings
 
@@ -226,7 +227,7 @@ def _run_embedded(settings: Settings, source, total, label: str, events_path=Non
         n = embedded.run(source, pipeline, sink, events, dead, progress=progress)
         progress(n, final=True)
         if store is not None:        # demand is the store's: forecasts and scale decisions over what it holds
-            from gpufleet.forecast_commands import embedded_forecasts
+            from gpufleet.commands.forecast import embedded_forecasts
             forecasts = embedded_forecasts(settings, store, events)
     finally:
         events.close()
@@ -661,7 +662,7 @@ def cmd_silence(args) -> int:
 
 
 def cmd_model(args) -> int:
-    from gpufleet import model_commands
+    from gpufleet.commands import model as model_commands
     prog = f"{args.prog} {args.model_command}"
     seeds = _numbers(prog, "--seeds", args.seeds, int)
     training = args.model_command == "train"
@@ -692,7 +693,7 @@ def cmd_model(args) -> int:
 
 
 def cmd_forecast(args) -> int:
-    from gpufleet import forecast_commands as fc
+    from gpufleet.commands import forecast as fc
     try:
         if args.forecast_command == "backtest":
             return fc.backtest_command(args)
@@ -713,7 +714,7 @@ def cmd_forecast(args) -> int:
 
 
 def cmd_scale(args) -> int:
-    from gpufleet import forecast_commands as fc
+    from gpufleet.commands import forecast as fc
     try:
         return fc.simulate_command(args)
     except fc.ArgumentError as err:
@@ -721,7 +722,7 @@ def cmd_scale(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from gpufleet import forecast_commands as fc
+    from gpufleet.commands import forecast as fc
     serve = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
     settings = load_settings(args.config, **({"serve": serve} if serve else {}), **({"store": store} if store else {}))
@@ -738,7 +739,7 @@ def _view_settings(args) -> Settings:
 
 
 def cmd_report(args) -> int:
-    from gpufleet import view_commands
+    from gpufleet.commands import view as view_commands
     view_commands.check_report_args(args)
     settings = _view_settings(args)
     store = _readable_store(settings)
@@ -749,7 +750,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_top(args) -> int:
-    from gpufleet import view_commands
+    from gpufleet.commands import view as view_commands
     view_commands.check_top_args(args)
     settings = _view_settings(args)
     store = _readable_store(settings)

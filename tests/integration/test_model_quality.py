@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.model_commands import evaluate_recording, goals
+from gpufleet.commands.model import evaluate_recording, goals
 from gpufleet.models.artifact import Model
 from gpufleet.streams.recording import record, train_on_simulations
 

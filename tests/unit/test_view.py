@@ -156,7 +156,7 @@ def test_bad_arguments_of_report_and_top(args, names, capsys):
 def test_the_view_needs_no_forecast_install():
     """serve, report and top run on the store install: nothing the view imports needs numpy or scikit-learn."""
     code = ("import sys\nsys.modules['numpy'] = sys.modules['sklearn'] = None\n"
-            "import gpufleet.view.routes, gpufleet.view.pages, gpufleet.view.top, gpufleet.view_commands\n"
+            "import gpufleet.view.routes, gpufleet.view.pages, gpufleet.view.top, gpufleet.commands.view\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -49,7 +49,7 @@ def test_the_service_needs_no_forecast_install():
     import subprocess
     import sys
     code = ("import sys\nsys.modules['numpy'] = sys.modules['sklearn'] = None\n"
-            "import gpufleet.cli, gpufleet.forecast_commands, gpufleet.feed, gpufleet.web, gpufleet.settings\n"
+            "import gpufleet.cli, gpufleet.commands.forecast, gpufleet.feed, gpufleet.web, gpufleet.settings\n"
             "gpufleet.cli.build_parser().parse_args(['serve', '--port', '0'])\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -1,0 +1,1 @@
+"""gpufleet's commands, one module per command or group of commands (see ``COMMANDS``)."""

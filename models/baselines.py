@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import evaluate
 from .detectors import module
+from .train import Recording, Tuning, incidents
 
 
 def _idle(x: list[float]) -> bool:
@@ -32,3 +34,30 @@ def isolation_forest(kind: str, xs: list[list[float]], seed: int = 0):
     def rule_batch(batch: list[list[float]]) -> list[bool]:
         return list(forest.decision_function(np.asarray(batch)) < 0)
     return rule_batch
+
+
+def _baseline_report(rec: Recording, kind_rule) -> evaluate.Report:
+    fired = []
+    for kind in evaluate.KINDS:
+        rows = rec.rows[kind]
+        if not rows:
+            continue
+        fired += incidents(kind, rows, Tuning(0.5, 2, 6), positive=kind_rule(kind, rows), precedence=False)
+    return evaluate.score(rec.labels, fired, rec.gpu_hours)
+
+
+def _threshold(kind, rows):
+    rule = threshold(kind)
+    return [bool(rule(r[2])) for r in rows]
+
+
+def _forest(kind, rows):
+    return isolation_forest(kind, [r[2] for r in rows])([r[2] for r in rows])
+
+
+def evaluate_recording(rec: Recording, with_baselines: bool = True) -> dict:
+    reports = {"detectors": evaluate.score(rec.labels, rec.alerts, rec.gpu_hours)}
+    if with_baselines:
+        reports["threshold baseline"] = _baseline_report(rec, _threshold)
+        reports["isolation forest baseline"] = _baseline_report(rec, _forest)
+    return reports

@@ -178,3 +178,41 @@ def chart(labels: list[dict], alerts: list[dict], path: str, title: str = "Fault
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.9, "false_per_1000h": 1.0, "delay_p50_s": 120.0,
+         "leak_early_share": 0.9, "leak_within_hour_share": 0.9, "margin_over_baselines": 0.1}
+
+
+def goals(reports: dict) -> list[tuple[str, bool, str]]:
+    det = reports["detectors"]
+    out = []
+    for k in KINDS:
+        kr = det.kinds[k]
+        out.append((f"{k}: at least {GOALS['faults_per_kind']} faults", kr.faults >= GOALS["faults_per_kind"],
+                    str(kr.faults)))
+    out.append((f"at least {GOALS['gpu_hours']:,} GPU-hours", det.gpu_hours >= GOALS["gpu_hours"],
+                f"{det.gpu_hours:,.0f}"))
+    for k in KINDS:
+        out.append((f"{k}: F1 >= {GOALS['f1']}", det.kinds[k].f1 >= GOALS["f1"], f"{det.kinds[k].f1:.3f}"))
+    out.append((f"false alerts <= {GOALS['false_per_1000h']:g} per 1,000 GPU-hours",
+                det.false_per_1000h() <= GOALS["false_per_1000h"], f"{det.false_per_1000h():.2f}"))
+    for k in ("straggler", "io_starvation"):
+        d = det.kinds[k].delay(0.5)
+        out.append((f"{k}: median delay <= 2 min", d is not None and d <= GOALS["delay_p50_s"],
+                    "n/a" if d is None else f"{d / 60:.1f} min"))
+    share = det.kinds["memory_leak"].leak_early_share
+    out.append(("leaks of 30+ min: alert 10+ min before the OOM in >= 90%",
+                share is not None and share >= GOALS["leak_early_share"],
+                "n/a" if share is None else f"{share:.0%} of {det.kinds['memory_leak'].leak_long}"))
+    hour = det.kinds["memory_leak"].leak_within_hour_share
+    out.append(("leaks growing an hour or more: alerted within 60 min of their start in >= 90%",
+                hour is not None and hour >= GOALS["leak_within_hour_share"],
+                "n/a" if hour is None else f"{hour:.0%} of {det.kinds['memory_leak'].leak_hours}"))
+    for name in ("threshold baseline", "isolation forest baseline"):
+        if name in reports:
+            for k in KINDS:
+                a, b = det.kinds[k].f1, reports[name].kinds[k].f1
+                out.append((f"{k}: F1 at least 0.1 above the {name}", a >= b + GOALS["margin_over_baselines"],
+                            f"{a:.3f} vs {b:.3f}"))
+    return out

@@ -14,6 +14,17 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from gpufleet.errors import UsageError
+from gpufleet.settings import load_settings
+
+from .common import (
+    Parser,
+    kafka_overrides,
+    series_options,
+    store_options,
+    writable_store,
+)
+
 if TYPE_CHECKING:
     from gpufleet.models.series import Series
 
@@ -309,3 +320,81 @@ def serve_command(args, settings, store) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+
+def cmd_forecast(args) -> int:
+    try:
+        if args.forecast_command == "backtest":
+            return backtest_command(args)
+        overrides: dict = {"store": {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v}}
+        if args.dry_run:
+            overrides["scale"] = {"dry_run": True}
+        settings = load_settings(args.config, **{k: v for k, v in overrides.items() if v}, **kafka_overrides(args))
+        if args.dry_run:    # every pool, whatever its own policy says
+            settings = settings.model_copy(update={"scale": settings.scale.model_copy(update={
+                "pools": {p: {**v, "dry_run": True} for p, v in settings.scale.pools.items()}})})
+        store = writable_store(settings)
+        try:
+            return run_command(args, settings, store)
+        finally:
+            store.close()
+    except ArgumentError as err:
+        raise UsageError(f"{args.prog} {args.forecast_command}: {err}") from None
+
+
+def cmd_scale(args) -> int:
+    try:
+        return simulate_command(args)
+    except ArgumentError as err:
+        raise UsageError(f"{args.prog} simulate: {err}") from None
+
+
+def add_forecast(sub) -> None:
+    s = sub.add_parser("forecast", help="demand forecasts: backtest on a series, or make them from the store",
+                       description="Forecast each pool's demand 48 hours ahead with a p10-p90 band: backtest the "
+                                   "forecaster on any demand series against naive baselines, or run the forecast "
+                                   "process that makes forecasts and scale decisions from the store.")
+    fsub = s.add_subparsers(dest="forecast_command", metavar="ACTION", parser_class=Parser)
+    fsub.required = True
+    m = fsub.add_parser("backtest", help="rolling-origin backtest against last value, yesterday and last week",
+                        description="From every origin of the test period (one an hour), forecast the next "
+                                    "--horizon from the values before it only, refitting the forecaster every "
+                                    "--refit-every on everything before; print MAE, RMSE, SMAPE and p10-p90 "
+                                    "coverage per horizon for the forecaster and the naive baselines, and the goals.")
+    series_options(m)
+    m.add_argument("--horizon", default="48h", metavar="H", help="how far ahead, e.g. 48h (default 48h)")
+    m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    m.add_argument("--chart", metavar="PNG", help="draw forecast against actuals with the band, and SMAPE by horizon")
+    m = fsub.add_parser("run", help="make forecasts and scale decisions from the store, publish them to Kafka",
+                        description="Read each pool's demand from the store, make the forecasts and scale decisions "
+                                    "due (every forecast.every_s of event time), publish them to "
+                                    "<prefix>.forecast and <prefix>.scale and store them; then look again every "
+                                    "forecast.poll_s seconds.")
+    m.add_argument("--once", action="store_true", help="make what is due now, then exit")
+    m.add_argument("--dry-run", action="store_true",
+                   help="every pool's scale decisions are recorded only (setting scale.dry_run)")
+    m.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    store_options(m)
+    s.set_defaults(fn=cmd_forecast)
+
+
+def add_scale(sub) -> None:
+    s = sub.add_parser("scale", help="replay a demand series through a scale policy",
+                       description="Scale policies: replay a demand series through one.")
+    ssub = s.add_subparsers(dest="scale_command", metavar="ACTION", parser_class=Parser)
+    ssub.required = True
+    m = ssub.add_parser("simulate", help="GPU-hours, idle and shortfall of a policy against static peak and reactive",
+                        description="Replay a demand series through a scale policy fed by the forecaster (fitted on "
+                                    "the history before the test period, refitted as it goes) and print GPU-hours "
+                                    "provisioned, idle GPU-hours and shortfall, against a static capacity at the "
+                                    "series' peak and a purely reactive policy.")
+    series_options(m)
+    m.add_argument("--policy", required=True, metavar="FILE",
+                   help="TOML policy: the keys of the [scale] settings section (README)")
+    m.add_argument("--pool", help="use the policy's [pools.POOL] values")
+    m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    s.set_defaults(fn=cmd_scale)

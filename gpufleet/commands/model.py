@@ -5,20 +5,28 @@ import datetime as dt
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from gpufleet.collectors.simulator import FleetSpec, Simulation
+from gpufleet.collectors.simulator import DEFAULT_START
 from gpufleet.errors import UsageError
-from gpufleet.models import baselines, evaluate
-from gpufleet.models.artifact import Model
-from gpufleet.models.train import Recording, Tuning, incidents
-from gpufleet.streams.recording import record, train_on_simulations
-from gpufleet.summary import table
 
-GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.9, "false_per_1000h": 1.0, "delay_p50_s": 120.0,
-         "leak_early_share": 0.9, "leak_within_hour_share": 0.9, "margin_over_baselines": 0.1}
+if TYPE_CHECKING:           # the heavy parts (numpy, scikit-learn, the pipeline) load when a command runs
+    from gpufleet.collectors.simulator import FleetSpec
+    from gpufleet.models.artifact import Model
+    from gpufleet.models.train import Recording
+
+from .common import (
+    Parser,
+    Progress,
+    fleet_options,
+    fleet_spec,
+    numbers,
+)
 
 
 def train(args, specs: list[FleetSpec]) -> int:
+    from gpufleet.streams.recording import train_on_simulations
+    from gpufleet.summary import table
     model = train_on_simulations(specs, args.max_false, progress=lambda text: print(text, file=sys.stderr))
     model.save(args.out)
     m = model.metadata
@@ -32,79 +40,22 @@ def train(args, specs: list[FleetSpec]) -> int:
     return 0
 
 
-def _baseline_report(rec: Recording, kind_rule) -> evaluate.Report:
-    fired = []
-    for kind in evaluate.KINDS:
-        rows = rec.rows[kind]
-        if not rows:
-            continue
-        fired += incidents(kind, rows, Tuning(0.5, 2, 6), positive=kind_rule(kind, rows), precedence=False)
-    return evaluate.score(rec.labels, fired, rec.gpu_hours)
-
-
-def _threshold(kind, rows):
-    rule = baselines.threshold(kind)
-    return [bool(rule(r[2])) for r in rows]
-
-
-def _forest(kind, rows):
-    return baselines.isolation_forest(kind, [r[2] for r in rows])([r[2] for r in rows])
-
-
-def evaluate_recording(rec: Recording, with_baselines: bool = True) -> dict:
-    reports = {"detectors": evaluate.score(rec.labels, rec.alerts, rec.gpu_hours)}
-    if with_baselines:
-        reports["threshold baseline"] = _baseline_report(rec, _threshold)
-        reports["isolation forest baseline"] = _baseline_report(rec, _forest)
-    return reports
-
-
-def goals(reports: dict) -> list[tuple[str, bool, str]]:
-    det = reports["detectors"]
-    out = []
-    for k in evaluate.KINDS:
-        kr = det.kinds[k]
-        out.append((f"{k}: at least {GOALS['faults_per_kind']} faults", kr.faults >= GOALS["faults_per_kind"],
-                    str(kr.faults)))
-    out.append((f"at least {GOALS['gpu_hours']:,} GPU-hours", det.gpu_hours >= GOALS["gpu_hours"],
-                f"{det.gpu_hours:,.0f}"))
-    for k in evaluate.KINDS:
-        out.append((f"{k}: F1 >= {GOALS['f1']}", det.kinds[k].f1 >= GOALS["f1"], f"{det.kinds[k].f1:.3f}"))
-    out.append((f"false alerts <= {GOALS['false_per_1000h']:g} per 1,000 GPU-hours",
-                det.false_per_1000h() <= GOALS["false_per_1000h"], f"{det.false_per_1000h():.2f}"))
-    for k in ("straggler", "io_starvation"):
-        d = det.kinds[k].delay(0.5)
-        out.append((f"{k}: median delay <= 2 min", d is not None and d <= GOALS["delay_p50_s"],
-                    "n/a" if d is None else f"{d / 60:.1f} min"))
-    share = det.kinds["memory_leak"].leak_early_share
-    out.append(("leaks of 30+ min: alert 10+ min before the OOM in >= 90%",
-                share is not None and share >= GOALS["leak_early_share"],
-                "n/a" if share is None else f"{share:.0%} of {det.kinds['memory_leak'].leak_long}"))
-    hour = det.kinds["memory_leak"].leak_within_hour_share
-    out.append(("leaks growing an hour or more: alerted within 60 min of their start in >= 90%",
-                hour is not None and hour >= GOALS["leak_within_hour_share"],
-                "n/a" if hour is None else f"{hour:.0%} of {det.kinds['memory_leak'].leak_hours}"))
-    for name in ("threshold baseline", "isolation forest baseline"):
-        if name in reports:
-            for k in evaluate.KINDS:
-                a, b = det.kinds[k].f1, reports[name].kinds[k].f1
-                out.append((f"{k}: F1 at least 0.1 above the {name}", a >= b + GOALS["margin_over_baselines"],
-                            f"{a:.3f} vs {b:.3f}"))
-    return out
-
-
 def render(reports: dict) -> str:
+    from gpufleet.models import evaluate
+    from gpufleet.summary import table
     parts = []
     for name, rep in reports.items():
         parts.append(f"{name} ({rep.gpu_hours:,.0f} GPU-hours; false alerts, all kinds: "
                      f"{rep.false_per_1000h():.2f} per 1,000 GPU-hours)\n" + table(evaluate.Report.HEADERS, rep.rows()))
-    met = goals(reports)
+    met = evaluate.goals(reports)
     parts.append("goals\n" + table(["goal", "met", "value"], [(g, "yes" if ok else "NO", v) for g, ok, v in met]))
     return "\n\n".join(parts)
 
 
 def _recorded_files(pairs: list[tuple[str, str]], model: Model, progress) -> Recording:
+    from gpufleet.models.train import Recording
     from gpufleet.streams.embedded import file_source
+    from gpufleet.streams.recording import record
     rec = Recording()
     for telemetry, labels_path in pairs:
         labels = read_labels(labels_path)
@@ -151,6 +102,11 @@ def held_out_pairs(directory: str) -> list[tuple[str, str]]:
 
 
 def evaluate_command(args, specs: list[FleetSpec], model: Model, progress) -> int:
+    from gpufleet.collectors.simulator import Simulation
+    from gpufleet.models import baselines, evaluate
+    from gpufleet.models.train import Recording
+    from gpufleet.streams.recording import record
+    from gpufleet.summary import table
     started = time.monotonic()
     families: dict[str, Recording] = {}
     if args.telemetry:
@@ -169,12 +125,12 @@ def evaluate_command(args, specs: list[FleetSpec], model: Model, progress) -> in
         families["held-out family"] = _recorded_files(held_out_pairs(args.held_out), model, progress)
     out = {}
     for name, rec in families.items():
-        reports = evaluate_recording(rec, with_baselines=not args.no_baselines)
+        reports = baselines.evaluate_recording(rec, with_baselines=not args.no_baselines)
         print(f"== {name}\n" + render(reports) + "\n")
         out[name] = reports
     if len(out) > 1:
         rows = []
-        for goal_rows in zip(*(goals(r) for r in out.values())):
+        for goal_rows in zip(*(evaluate.goals(r) for r in out.values())):
             rows.append((goal_rows[0][0], *(f"{'yes' if ok else 'NO'} {v}" for _, ok, v in goal_rows)))
         print("goals, side by side\n" + table(["goal", *out], rows))
     print(f"\nevaluated in {time.monotonic() - started:.0f} s; model trained on "
@@ -186,7 +142,82 @@ def evaluate_command(args, specs: list[FleetSpec], model: Model, progress) -> in
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:
             json.dump({family: {name: r.to_dict() for name, r in reports.items()} |
-                       {"goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals(reports)]}
+                       {"goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in evaluate.goals(reports)]}
                        for family, reports in out.items()}, f, indent=1)
         print(f"report: {args.report}")
     return 0
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+
+def cmd_model(args) -> int:
+    prog = f"{args.prog} {args.model_command}"
+    seeds = numbers(prog, "--seeds", args.seeds, int)
+    training = args.model_command == "train"
+    intervals = numbers(prog, "--intervals", args.intervals, float) if training else [args.interval]
+    specs = [fleet_spec(prog, nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours, seed=s,
+                        faults_per_kind=args.faults, interval_s=intervals[i % len(intervals)], start=args.start)
+             for i, s in enumerate(seeds)]
+    if training:
+        if not args.faults:
+            raise UsageError(f"{prog}: argument --faults: 0 faults leave nothing to learn")
+        return train(args, specs)
+    if args.telemetry and not args.labels:
+        raise UsageError(f"{prog}: argument --labels: needed with --telemetry")
+    if args.held_out is not None:
+        import os
+        if not os.path.isdir(args.held_out):
+            raise UsageError(f"{prog}: argument --held-out: no such directory {args.held_out!r}")
+        if not held_out_pairs(args.held_out):
+            raise UsageError(f"{prog}: argument --held-out: no NAME.telemetry.jsonl[.gz] with its "
+                             f"NAME.labels.jsonl in {args.held_out!r} "
+                             "(make them with: python -m bench.evalfleet)")
+    from gpufleet.models.artifact import Model, ModelError
+    try:
+        model = Model.load(args.model) if args.model else Model.default()
+    except ModelError as err:
+        raise UsageError(f"{prog}: argument --model: {err}") from None
+    return evaluate_command(args, specs, model, Progress("record", None, "messages"))
+
+
+def add_model(sub) -> None:
+    s = sub.add_parser("model", help="train and evaluate the anomaly detectors",
+                       description="Train the detectors (stragglers, IO starvation, memory leaks) on simulated "
+                                   "fleets with ground truth, or evaluate a model against labelled telemetry, side "
+                                   "by side with a threshold baseline and an isolation forest.")
+    msub = s.add_subparsers(dest="model_command", metavar="ACTION", parser_class=Parser)
+    msub.required = True
+    m = msub.add_parser("train", help="fit a model on simulated fleets and write it as JSON",
+                        description="Simulate labelled fleets (one per seed), record every window the detectors "
+                                    "evaluate, fit gradient-boosted trees per kind and tune their thresholds on "
+                                    "incidents. The packaged model: gpufleet model train --seeds 101-104 "
+                                    "--intervals 5,10,30,60")
+    fleet_options(m, hours=12.0, start_default=DEFAULT_START, nodes=16, faults=12, seed=False, interval=False)
+    m.set_defaults(seeds="101-104")
+    m.add_argument("--seeds", help="simulated fleets to train on, e.g. 1,2,5-8 (default 101-104)")
+    m.add_argument("--intervals", default="5",
+                   help="sampling intervals the seeds cycle through, e.g. 5,10 (default 5)")
+    m.add_argument("--max-false", type=float, default=0.3, help="false alerts per 1,000 GPU-hours allowed per kind "
+                                                                 "when tuning thresholds (default 0.3)")
+    m.add_argument("-o", "--out", default="model.json", help="model file to write (default model.json)")
+    m = msub.add_parser("eval", help="score a model against ground truth, with baselines, goals and a chart",
+                        description="Replay labelled telemetry (a file, or simulated fleets of the given seeds) "
+                                    "through the detectors and score their incidents: precision, recall, F1, "
+                                    "detection delay, false alerts per 1,000 GPU-hours, leak lead time; beside a "
+                                    "threshold baseline and an isolation forest on the same windows.")
+    fleet_options(m, hours=24.0, start_default=DEFAULT_START, nodes=32, faults=35, seed=False)
+    m.set_defaults(seeds="9001")
+    m.add_argument("--model", help="model file (default: the packaged model)")
+    m.add_argument("--telemetry", metavar="FILE", help="telemetry JSONL to evaluate on (else simulated fleets)")
+    m.add_argument("--labels", metavar="FILE", help="its ground-truth labels (JSONL, as gpufleet simulate writes)")
+    m.add_argument("--seeds", help="simulated fleets to evaluate on when no --telemetry (default 9001)")
+    m.add_argument("--held-out", metavar="DIR",
+                   help="also evaluate the held-out family: every NAME.telemetry.jsonl[.gz] with its "
+                        "NAME.labels.jsonl in DIR (made by bench/evalfleet, never used for training); reported beside "
+                        "the simulated one")
+    m.add_argument("--chart", metavar="PNG", help="draw a timeline of faults and incidents")
+    m.add_argument("--report", metavar="JSON", help="write the figures as JSON")
+    m.add_argument("--no-baselines", action="store_true", help="skip the baselines")
+    s.set_defaults(fn=cmd_model)

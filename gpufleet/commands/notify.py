@@ -5,9 +5,20 @@ import datetime as dt
 import getpass
 import sys
 
+from gpufleet.errors import UsageError
+from gpufleet.settings import load_settings
+
+from .common import (
+    Parser,
+    kafka_overrides,
+    readable_store,
+    settings_of,
+    store_options,
+    writable_store,
+)
+
 
 def _usage(message: str) -> Exception:
-    from gpufleet.errors import UsageError
     return UsageError(message)
 
 
@@ -23,7 +34,7 @@ def load_routes(prog: str, path: str | None, build: bool = True):
         raise _usage(f"{prog}: {err}") from None
 
 
-def notify(args, settings, writable_store) -> int:
+def run_router(args, settings, writable_store) -> int:
     from gpufleet.streams import worker
     from gpufleet.streams.kafka import KafkaUnavailable, ensure_topics
     from gpufleet.streams.notify import service
@@ -136,3 +147,67 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return ""
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+
+def cmd_notify(args) -> int:
+    notify = {k: v for k, v in (("routes", args.routes), ("group_id", args.group_id),
+                                ("metrics_port", args.metrics_port), ("outbox_dir", args.outbox)) if v is not None}
+    store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
+    settings = load_settings(args.config, **({"notify": notify} if notify else {}),
+                             **({"store": store} if store else {}), **kafka_overrides(args))
+    return run_router(args, settings, writable_store)
+
+
+def cmd_silence(args) -> int:
+    return silence(args, settings_of(args), writable_store, readable_store)
+
+
+def add_notify(sub) -> None:
+    s = sub.add_parser("notify", help="deliver alerts to Slack, PagerDuty, Alertmanager and webhooks (the router)",
+                       description="Read the alert topic as a consumer group and deliver each alert as the routing "
+                                   "file says: routed, grouped, silenced, inhibited, rate-limited, retried, told once "
+                                   "per (incident, status, receiver) across restarts. An alert's offset is committed "
+                                   "once every delivery it owes is sent or dead-lettered; every delivery is a row of "
+                                   "alert_deliveries. Start several for availability (one consumer group).")
+    s.add_argument("--routes", metavar="FILE", help="routing file, TOML (setting notify.routes)")
+    s.add_argument("--check", action="store_true", help="check the routing file (secrets included), print the "
+                                                        "routes and exit")
+    s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")
+    s.add_argument("--partitions", type=int, help="partitions if the alert topic is created (setting kafka.partitions)")
+    s.add_argument("--group-id", help="consumer group (setting notify.group_id, gpufleet-notify)")
+    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (setting "
+                                                    "notify.metrics_port)")
+    s.add_argument("--outbox", metavar="DIR", help="delivery log directory (setting notify.outbox_dir)")
+    store_options(s)
+    s.set_defaults(fn=cmd_notify)
+
+
+def add_silence(sub) -> None:
+    s = sub.add_parser("silence", help="mute alerts for a while: add, list, expire",
+                       description="Silences mute the alerts they match (recorded as silenced, not sent) from now "
+                                   "for a duration. They live in the store, so every router applies them.")
+    ssub = s.add_subparsers(dest="silence_command", metavar="ACTION", parser_class=Parser)
+    ssub.required = True
+    m = ssub.add_parser("add", help="add a silence", description="Add a silence, e.g. gpufleet silence add --match "
+                                                               "kind=idle --match tenant=acme --for 2h --comment "
+                                                               "'maintenance'. Matchers: LABEL=V, LABEL!=V, LABEL=~RE, "
+                                                               "LABEL!~RE on kind, severity, tenant, pool, node, job, "
+                                                               "gpu; all must match.")
+    m.add_argument("--match", action="append", required=True, metavar="MATCHER", help="LABEL=VALUE (or !=, =~, !~); "
+                                                                                      "repeat for more")
+    m.add_argument("--for", dest="duration", required=True, metavar="DURATION", help="e.g. 30m, 2h, 1d")
+    m.add_argument("--comment", help="why")
+    m.add_argument("--author", help="who (default: the user name)")
+    store_options(m)
+    m = ssub.add_parser("list", help="list silences in force or to come", description="List the silences in force "
+                                                                                      "or still to start.")
+    m.add_argument("--all", action="store_true", help="expired ones too")
+    store_options(m)
+    m = ssub.add_parser("expire", help="end a silence now", description="End a silence now.")
+    m.add_argument("id", metavar="ID", help="the silence's id (or its first characters)")
+    store_options(m)
+    s.set_defaults(fn=cmd_silence)

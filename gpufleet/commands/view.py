@@ -6,11 +6,18 @@ import os
 import sys
 import tempfile
 
-from gpufleet.settings import Settings
+from gpufleet.errors import UsageError
+from gpufleet.settings import Settings, load_settings
+
+from .common import (
+    readable_store,
+    store_options,
+    view_settings,
+    when,
+)
 
 
 def _usage(message: str) -> Exception:
-    from gpufleet.errors import UsageError
     return UsageError(message)
 
 
@@ -71,3 +78,80 @@ def top_command(args, settings: Settings, store) -> int:
         return 0
     top.run(read, args.interval, errors=(StoreError,))
     return 0
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+
+def cmd_serve(args) -> int:
+    from .forecast import serve_command
+    serve = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    store = {k: v for k, v in (("dsn", args.dsn), ("database", args.database)) if v is not None}
+    settings = load_settings(args.config, **({"serve": serve} if serve else {}), **({"store": store} if store else {}))
+    store_ = readable_store(settings)
+    try:
+        return serve_command(args, settings, store_)
+    finally:
+        store_.close()
+
+
+def cmd_report(args) -> int:
+    check_report_args(args)
+    settings = view_settings(args)
+    store = readable_store(settings)
+    try:
+        return report_command(args, settings, store)
+    finally:
+        store.close()
+
+
+def cmd_top(args) -> int:
+    check_top_args(args)
+    settings = view_settings(args)
+    store = readable_store(settings)
+    try:
+        return top_command(args, settings, store)
+    finally:
+        store.close()
+
+
+def add_serve(sub) -> None:
+    s = sub.add_parser("serve", help="the HTTP service: the fleet page, its JSON, the forecast feed, /metrics",
+                       description="Serve from the store over HTTP: the fleet page (GET /), incident pages "
+                                   "(/incident?id=), the JSON behind every chart (/v1/fleet/...), the forecast "
+                                   "feed (GET /v1/forecast?pool=P, GET /v1/scale?pool=P: the value for KEDA's "
+                                   "metrics-api scaler, valueLocation target_gpus, /v1/pools), /metrics and "
+                                   "/health. Only reads the store.")
+    s.add_argument("--host", help="address to bind (setting serve.host, 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (setting serve.port, 8080; 0: any free port)")
+    store_options(s)
+    s.set_defaults(fn=cmd_serve)
+
+
+def add_report(sub) -> None:
+    s = sub.add_parser("report", help="one self-contained HTML file with the fleet page's charts for a period",
+                       description="Write the operator's view of a period as one HTML file that opens without "
+                                   "network: utilization by node and GPU, incidents, utilization and idle cost by "
+                                   "pool and tenant, demand with forecasts and scale decisions, billing. With "
+                                   "--tenant, only that tenant's GPUs, incidents and billing. Reads only.")
+    s.add_argument("--from", dest="start", required=True, type=when, metavar="WHEN",
+                   help="start, UTC: YYYY-MM-DD[THH:MM] or Unix seconds")
+    s.add_argument("--to", dest="end", required=True, type=when, metavar="WHEN",
+                   help="end, UTC: YYYY-MM-DD[THH:MM] or Unix seconds")
+    s.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default report.html)")
+    s.add_argument("--tenant", help="only this tenant (a report for a customer)")
+    store_options(s)
+    s.set_defaults(fn=cmd_report)
+
+
+def add_top(sub) -> None:
+    s = sub.add_parser("top", help="the fleet live in the terminal: pools, idlest rented GPUs, alerts firing",
+                       description="A live terminal view of the fleet (like nvtop, for a fleet): pools with "
+                                   "utilization bars, the idlest rented GPUs with what they cost so far, the alerts "
+                                   "firing; redrawn in place. Keys: q quits, r reads now. Reads only.")
+    s.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between two reads of the store (default 5)")
+    s.add_argument("--once", action="store_true", help="print one snapshot to standard output and exit")
+    store_options(s)
+    s.set_defaults(fn=cmd_top)

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
-from gpufleet.commands.model import evaluate_recording, goals
 from gpufleet.models.artifact import Model
+from gpufleet.models.baselines import evaluate_recording
+from gpufleet.models.evaluate import goals
 from gpufleet.streams.recording import record, train_on_simulations
 
 pytestmark = pytest.mark.slow

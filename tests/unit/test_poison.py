@@ -227,7 +227,7 @@ def test_the_router_reads_any_bytes_as_an_alert_or_a_reason():
 
 
 def test_a_publish_refuses_bad_lines_before_sending_with_their_line_numbers(tmp_path):
-    from gpufleet.cli import LineCheck
+    from gpufleet.commands.publish import LineCheck
     check = LineCheck()
     lines = fleet()[:5]
     keys = [check(f"f:{i}", line) for i, line in enumerate(lines[:2] + POISON[:3] + lines[2:])]

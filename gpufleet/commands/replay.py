@@ -1,0 +1,60 @@
+"""``gpufleet replay``: the embedded pipeline over a recorded telemetry file."""
+from __future__ import annotations
+
+import sys
+
+from gpufleet.errors import UsageError
+
+from .common import (
+    notifier_of,
+    print_run,
+    run_embedded,
+    settings_of,
+    show_dead,
+    store_options,
+    writable_store,
+)
+from .notify import finish
+
+
+def cmd_replay(args) -> int:
+    import os
+
+    from gpufleet.streams.embedded import file_source
+    if not os.path.isfile(args.file):
+        raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
+    settings = settings_of(args)
+    store = None if args.no_store else writable_store(settings)
+    source = file_source(args.file)
+    try:
+        notifier = notifier_of(args, settings, store)
+        result = run_embedded(settings, source, None, "replay", args.events, args.dead_letters, store, notifier)
+        print_run(result, args.events, args.dead_letters)
+        if notifier is not None:
+            finish(notifier)
+        counts = result.pipeline.out.counts
+        if counts.get("dead_invalid") or counts.get("dead_too_large") or counts.get("dead_internal_error"):
+            show_dead(args.dead_letters)
+    finally:
+        if store is not None:
+            store.close()
+    if source.error:
+        print(f"gpufleet replay: {source.error}; the lines before it were processed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_replay(sub) -> None:
+    s = sub.add_parser("replay", help="run the embedded pipeline over a recorded telemetry file",
+                       description="Run the embedded pipeline over a file of telemetry messages (JSONL, .gz "
+                                   "too; any order within the allowed lateness), store the results and write "
+                                   "every event it emits. Bad lines are dead-lettered and counted, never fatal.")
+    s.add_argument("file", metavar="FILE", help="telemetry JSONL file")
+    s.add_argument("--events", metavar="OUT", help="write every emitted event here, one JSON object a line")
+    s.add_argument("--dead-letters", metavar="OUT", help="write every dead letter here, one JSON object a line")
+    s.add_argument("--no-store", action="store_true", help="do not write to the store")
+    s.add_argument("--model", help="detectors' model file (setting stream.model; default: the packaged model)")
+    s.add_argument("--notify", metavar="FILE", help="also deliver the alerts with this routing file (TOML), through "
+                                                    "the durable outbox in notify.outbox_dir")
+    store_options(s)
+    s.set_defaults(fn=cmd_replay)

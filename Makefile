@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
 	@echo "make test            all tests, with a local Kafka broker and ClickHouse server started and stopped"
-	@echo "make lint            ruff and mypy, zero findings expected"
+	@echo "make lint            ruff, the import layers (import-linter) and mypy, zero findings expected"
 	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
 	@echo "make eval            the detectors' evaluation of QUALITY.md: simulated fleet 9001 and the held-out family"
 	@echo "make eval-forecast   the forecast evaluation of QUALITY.md (TRACES=DIR adds the trace CSVs found there)"
@@ -37,8 +37,13 @@ venv: $(VENV)/.installed-test
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/gpufleet demo
 
+# the layers (import-linter) are checked on an install of the package, where collectors/, streams/, models/ and
+# sql/ sit inside gpufleet/ as they do in site-packages (the editable install maps them from the top level)
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
+	rm -rf build .lint-imports
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --target .lint-imports .
+	cd .lint-imports && PYTHONPATH=. ../$(VENV)/bin/lint-imports ../pyproject.toml
 	$(PY) .ci/typecheck.py
 
 # Services are started here when Java is present (Kafka's jars come from Maven Central once);
@@ -77,4 +82,4 @@ eval-forecast: $(VENV)/.installed-test
 	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES)) $(if $(DEV),--dev)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck
+	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck .lint-imports

@@ -5,8 +5,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from gpufleet.errors import UsageError
 from gpufleet.settings import Settings, load_settings
@@ -161,81 +159,6 @@ def load_model(settings: Settings):
         return Model.load(settings.stream.model) if settings.stream.model else Model.default()
     except ModelError as err:
         raise UsageError(f"gpufleet: setting stream.model: {err}") from None
-
-
-def run_embedded(settings: Settings, source, total, label: str, events_path=None, dead_path=None,
-                  store=None, notifier=None):
-    from gpufleet.streams import embedded
-    from gpufleet.streams.pipeline import Pipeline
-    from gpufleet.streams.sink import Sink
-
-    pipeline = Pipeline(settings.stream, model=load_model(settings), billing=settings.billing)
-    sink = Sink(store, settings.store.batch_rows, settings.store.batch_seconds) if store is not None else None
-    events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
-    if notifier is not None:
-        events = notifier.tap(events)
-    progress = Progress(label, total)
-    started = time.monotonic()
-    forecasts = None
-    try:
-        n = embedded.run(source, pipeline, sink, events, dead, progress=progress)
-        progress(n, final=True)
-        if store is not None:        # demand is the store's: forecasts and scale decisions over what it holds
-            from gpufleet.commands.forecast import embedded_forecasts
-            forecasts = embedded_forecasts(settings, store, events)
-    finally:
-        events.close()
-        dead.close()
-    return EmbeddedRun(pipeline, sink, events, dead, time.monotonic() - started, forecasts)
-
-
-@dataclass
-class EmbeddedRun:
-    pipeline: Any
-    sink: Any
-    events: Any
-    dead: Any
-    seconds: float
-    forecasts: Any = None
-
-
-def print_run(run: EmbeddedRun, events_path, dead_path) -> None:
-    c, sink, events, seconds = run.pipeline.out.counts, run.sink, run.events, run.seconds
-    dead_total = sum(v for k, v in c.items() if k.startswith("dead_"))
-    print(f"processed {c['messages']:,} messages, {c['gpu_samples']:,} GPU samples in {seconds:.1f} s "
-          f"({c['gpu_samples'] / max(seconds, 1e-9):,.0f} samples/s); duplicates ignored: {c['duplicates']:,}")
-    if dead_total:
-        reasons = ", ".join(f"{v} {k[5:]}" for k, v in sorted(c.items()) if k.startswith("dead_"))
-        print(f"dead letters: {dead_total:,} ({reasons})" + (f", written to {dead_path}" if dead_path else ""))
-    print(f"events: {events.count:,}" + (f", written to {events_path}" if events_path else ""))
-    if sink is not None:
-        print("stored rows: " + ", ".join(f"{t} {n:,}" for t, n in sorted(sink.written.items())))
-    f = run.forecasts
-    if f is not None:
-        print(f"forecasts: {f.forecasts:,} ({len(f.made_at)} times, every forecast.every_s), scale decisions: "
-              f"{f.decisions:,}" + ("" if f.made_at else " (less demand history than forecast.min_history_s "
-                                                         "plus forecast.every_s)"))
-
-
-def show_dead(path: str | None) -> None:
-    if not path:
-        print("(pass --dead-letters FILE to keep every dead letter with its payload)")
-        return
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if i == 5:
-                print("  ...")
-                break
-            d = json.loads(line)
-            print(f"  {d['source']}: {d['reason_code']}: {d['reason']}")
-
-
-def notifier_of(args, settings: Settings, store):
-    """The notifier of --notify FILE, started, or None."""
-    if not getattr(args, "notify", None):
-        return None
-    from .notify import local_notifier
-    return local_notifier(args.prog, settings, args.notify, store)
 
 
 def tee(messages, path):

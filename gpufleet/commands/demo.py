@@ -3,17 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .common import (
-    fleet_options,
-    notifier_of,
-    print_run,
-    run_embedded,
-    settings_of,
-    spec_of,
-    store_options,
-    tee,
-    writable_store,
-)
+from .common import fleet_options, settings_of, spec_of, store_options, tee, writable_store
+from .embedded import notifier_of, print_run, run_embedded
 from .notify import finish
 
 

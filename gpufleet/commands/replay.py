@@ -5,15 +5,8 @@ import sys
 
 from gpufleet.errors import UsageError
 
-from .common import (
-    notifier_of,
-    print_run,
-    run_embedded,
-    settings_of,
-    show_dead,
-    store_options,
-    writable_store,
-)
+from .common import settings_of, store_options, writable_store
+from .embedded import notifier_of, print_run, run_embedded, show_dead
 from .notify import finish
 
 

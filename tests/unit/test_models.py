@@ -11,6 +11,7 @@ from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
 from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
 from gpufleet.models.detectors.base import Incidents, StateError
+from gpufleet.models.detectors.memory_leak.statistics import order_trends, order_trends_many
 from gpufleet.models.train import incidents, positives
 
 
@@ -18,7 +19,7 @@ def stats(util, clock=0.99, power=0.8, throttle=0, temp=60.0, n=12):
     w = straggler.JobWindow()
     for i in range(n):
         w.append(float(i), util, clock, power, throttle, temp)
-    return straggler._stats(w.between(-1.0, float(n)))
+    return straggler.stats_of(w.between(-1.0, float(n)))
 
 
 def fx(x, name, module=straggler):
@@ -747,15 +748,15 @@ def test_the_leak_trends_of_a_batch_are_each_series_own_counted_pair_by_pair():
     rng = random.Random(3)
     series = [[float(rng.choice((1, 2, 2, 3, 5))) * 1e9 + rng.choice((0.0, 0.5)) * i for i in range(n)]
               for n in (3, 10, 10, 30, 31, 45, 61, 61, 61)]
-    for ys, (tail_tau, all_tau) in zip(series, memory_leak._trends_many(series, 31)):
+    for ys, (tail_tau, all_tau) in zip(series, order_trends_many(series, 31)):
         pairs = [(i, j) for i in range(len(ys)) for j in range(i + 1, len(ys))]
         k = min(31, len(ys))
         late = [(i, j) for i, j in pairs if i >= len(ys) - k]
         sign = [(ys[j] > ys[i]) - (ys[j] < ys[i]) for i, j in pairs]
         assert all_tau == sum(sign) / len(pairs)
         assert tail_tau == sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i, j in late) / len(late)
-        assert memory_leak._trends(ys, 31) == (tail_tau, all_tau)
-    assert memory_leak._trends_many([[1.0, 2.0]], 31) == [(0.0, 0.0)]          # too short to tell
+        assert order_trends(ys, 31) == (tail_tau, all_tau)
+    assert order_trends_many([[1.0, 2.0]], 31) == [(0.0, 0.0)]          # too short to tell
 
 
 def test_each_members_peer_medians_are_the_medians_of_the_others_to_the_last_bit():
@@ -979,7 +980,7 @@ def test_memory_that_runs_away_to_the_oom_is_paged_in_minutes_whatever_the_trees
 
 
 def test_a_straggler_is_not_throttled_by_clock_events_that_only_say_how_clocks_are_set():
-    from gpufleet.models.detectors.straggler import _stats
+    from gpufleet.models.detectors.straggler import stats_of as _stats
     n = 4
     base = [[float(t) for t in range(n)], [90.0] * n, [1900.0] * n, [600.0] * n]
     for bits, throttled in (([0x2, 0x10, 0x100, 0x12], 0.0), ([0x20, 0x10, 0, 0], 0.25), ([0x4, 0x4, 0, 0], 0.0)):

@@ -1,0 +1,122 @@
+"""The memory leak detector of one node: a minute's peak per GPU, judged once a minute."""
+from __future__ import annotations
+
+from array import array
+
+from gpufleet.contracts.output import Output
+
+from ..base import (
+    Decider,
+    Incidents,
+    Recorder,
+    StateError,
+)
+from .constants import (
+    BYTES_PER_GB,
+    CRITICAL_MIN,
+    HISTORY_MINUTES,
+    KIND,
+    LOAD_MINUTES,
+    RESTART_QUIET_S,
+    SECONDS_PER_MINUTE,
+)
+from .features import features_many, oom_estimate, runaway
+from .rules import decide, held_back, restart, shared, urgent
+from .storage import MemoryTrack, Peaks
+from .wording import describe
+
+
+class Detector:
+    """The leak detector of one node's GPUs."""
+
+    __slots__ = ("tracks", "incidents")
+
+    def __init__(self) -> None:
+        self.tracks: dict[str, MemoryTrack] = {}
+        self.incidents = Incidents()
+
+    def add(self, msg, decider: Decider, ctx) -> None:
+        """One node message (in ts order); the GPUs whose process just restarted go into ``ctx.flags.quiet``.
+        The GPUs whose minute closed with it are judged together (their windows scored in one batch)."""
+        due: list[tuple] = []
+        for g in msg.gpus:
+            self._sample(msg, g, due)
+        if due:
+            items = [None if m is None else (m.minutes.doubles(), m.total, age, m.loads) for _, m, age, *_ in due]
+            xs = features_many(items)
+            runs = [None if item is None else runaway(*item[:3]) for item in items]
+            self._evaluate(msg, [(g, x, pid, used, total, run)
+                                 for (g, _, _, pid, used, total), x, run in zip(due, xs, runs)],
+                           decider, ctx.out, ctx.recorder)
+        ctx.flags.quiet |= self.restarted(msg.ts)
+
+    def _sample(self, msg, g, due: list[tuple]) -> None:
+        if g.mem_used_bytes is None or not g.mem_total_bytes:
+            return
+        ts, minute = msg.ts, int(msg.ts // SECONDS_PER_MINUTE)
+        pid = g.processes[0].pid if g.processes else None
+        m = self.tracks.get(g.uuid)
+        if m is None or m.pid != pid:                 # a new process: its memory history starts again
+            restarted = ts if m is not None and restart(m, pid, ts) else None
+            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, Peaks(), array("d"), 0.0, 0, pid, ts,
+                                                  g.mem_total_bytes, restarted)
+        elif minute > m.minute:
+            closed = m.peak
+            m.minutes.append(closed)
+            m.loads.append(m.util_sum / m.util_n if m.util_n else 0.0)
+            m.minutes.keep(HISTORY_MINUTES)
+            del m.loads[:-LOAD_MINUTES]
+            m.minute, m.peak, m.util_sum, m.util_n = minute, g.mem_used_bytes, 0.0, 0
+            # judged below with the other GPUs whose minute closed: (gpu, track or None, age in minutes, ...)
+            due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / SECONDS_PER_MINUTE, m.pid, closed,
+                        m.total))
+        m.peak = max(m.peak, g.mem_used_bytes)
+        if g.util_pct is not None:
+            m.util_sum += g.util_pct
+            m.util_n += 1
+
+    def restarted(self, ts: float) -> set[str]:
+        """GPUs whose process restarted within ``RESTART_QUIET_S`` before ``ts``."""
+        return {u for u, m in self.tracks.items()
+                if m.restarted_at is not None and ts - m.restarted_at < RESTART_QUIET_S}
+
+    def _evaluate(self, msg, due: list[tuple], decider: Decider, out: Output, recorder: Recorder | None) -> None:
+        """The closed minutes of one message's GPUs, in the message's GPU order: ``(gpu, features or None,
+        pid, the minute's peak, the GPU's memory, its :func:`runaway` or None)``."""
+        judged = [(x, g.job) for g, x, *_ in due if x is not None]
+        scores, flags = iter(decider.score_many([x for x, _ in judged])), iter(shared(judged))
+        for g, x, pid, used, total, run in due:
+            key = f"{KIND}:{g.uuid}"
+            if x is None:
+                if key in self.incidents.by_key:
+                    self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
+                continue
+            score = next(scores)
+            oom, rate, over = oom_estimate(x)
+            if run is not None and run[0] < oom:          # the nearest estimate: a runaway's own minutes
+                oom, rate, over = run
+            info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
+                    "index": g.index, "pid": pid, "score": round(score, 4),
+                    "rate_gb_h": rate * total / BYTES_PER_GB, "used_gb": used / BYTES_PER_GB,
+                    "total_gb": total / BYTES_PER_GB, "to_oom_min": oom, "rate_over_min": over,
+                    "severity": "critical" if oom <= CRITICAL_MIN else "warning", "shared": next(flags),
+                    "runaway": run is not None}
+            if recorder is not None:
+                recorder(KIND, key, msg.ts, x, info)
+            positive, now = decide(x, score, decider, info), urgent(x, score, decider, info)
+            if positive and not now and held_back(key, info, self.incidents):
+                positive = False
+            self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
+
+    def to_state(self) -> dict:
+        return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Detector:
+        d = cls()
+        try:
+            d.tracks = {u: MemoryTrack.from_state(m) for u, m in state["tracks"].items()}
+            d.incidents = Incidents.from_state(state["incidents"])
+        except (KeyError, AttributeError):
+            raise StateError("memory leak detector: saved state lacks tracks or incidents") from None
+        return d

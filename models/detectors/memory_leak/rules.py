@@ -1,0 +1,57 @@
+"""When a process is judged, and what opens, holds back or hastens an incident."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..base import (
+    Decider,
+    Incidents,
+)
+from .constants import BASELINE_HEADROOM, CRITICAL_MIN, RESTART_QUIET_S, SHARED_PEERS, SHARED_RATE_SHARE, WARMUP_MIN
+from .features import FEATURES, SLOPE_30_AT, oom_estimate
+from .storage import MemoryTrack
+
+
+def restart(m: MemoryTrack, pid: int | None, ts: float) -> bool:
+    """Is the GPU's change from ``m``'s process to ``pid`` a restart? A process replaced by another, a process
+    that died, and one started within ``RESTART_QUIET_S`` of the death of the last (a job relaunched after a crash
+    reloads its checkpoint with its GPUs idle). A first process on a GPU that had none is not."""
+    if m.pid is not None:
+        return True
+    return pid is not None and m.restarted_at is not None and ts - m.since < RESTART_QUIET_S
+
+def applies(x: list[float]) -> bool:
+    """Judged only past the warm-up, while the 30-minute slope grows."""
+    return 10 ** x[FEATURES.index("age")] - 1 >= WARMUP_MIN and x[FEATURES.index("slope_30")] > 0
+
+def baseline(x: list[float]) -> bool:
+    """The rule an operator writes first: less than 10% of the memory left."""
+    return x[FEATURES.index("headroom")] < BASELINE_HEADROOM
+
+def decide(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+    return applies(x) and (score >= decider.threshold or urgent(x, score, decider, info))
+
+def shared(windows: Sequence[tuple[list[float], object]]) -> list[bool]:
+    """One closed minute of one node, ``(features, job)`` for each GPU judged in it: whether each GPU's rise is
+    shared, ``SHARED_PEERS`` GPUs of other jobs on the node growing in the same half hour at least half as fast
+    (recorded with the window, so training reads the stream's very flag)."""
+    judged = [applies(x) for x, _ in windows]
+    rising = [(job, x[SLOPE_30_AT]) for (x, job), ok in zip(windows, judged) if ok]
+    return [ok and sum(1 for j, s in rising if j != job and s >= SHARED_RATE_SHARE * x[SLOPE_30_AT]) >= SHARED_PEERS
+            for (x, job), ok in zip(windows, judged)]
+
+def held_back(key: str, info: dict, incidents: Incidents) -> bool:
+    """A positive window whose rise is shared with other jobs (:func:`shared`) opens no incident; one already paged
+    goes on. Training replays its incidents through this same rule (urgent windows are never held back)."""
+    return bool(info.get("shared")) and not incidents.is_open(key)
+
+def urgent(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+    """A positive window that opens the incident at once: a runaway (the window's ``info`` says so, whatever the
+    score), or the memory runs out within ``CRITICAL_MIN`` at the nearer estimate and the score is at least the
+    model's ``urgent_score`` (or the threshold, where that is lower; never, where the model has none)."""
+    if not applies(x):
+        return False
+    if info is not None and info.get("runaway"):
+        return True
+    least = decider.urgent_score
+    return least is not None and score >= min(least, decider.threshold) and oom_estimate(x)[0] <= CRITICAL_MIN

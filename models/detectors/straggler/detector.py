@@ -1,0 +1,174 @@
+"""The straggler detector of one job: its samples in, an epoch judged, incidents out."""
+from __future__ import annotations
+
+from gpufleet.contracts.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
+from gpufleet.contracts.output import Output
+
+from ..base import (
+    EPOCH_S,
+    Decider,
+    Incidents,
+    Recorder,
+    StateError,
+    union,
+    window_s,
+)
+from .constants import KIND
+from .features import bits_of, features, peer_medians, stats_of, typical
+from .rules import decide, lockstep_of, paused_together_of
+from .window import W_THROTTLE, Epochs, JobWindow, history_from_state, history_state
+from .wording import describe, numbers
+
+
+class Detector:
+    """The straggler detector of one job."""
+
+    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "intervals", "quiet", "history", "paused")
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, JobWindow] = {}
+        self.where: dict[str, tuple[str, int]] = {}     # uuid -> (node, index)
+        self.epoch: int | None = None
+        self.interval = 5.0                             # the slowest of its nodes' sampling intervals
+        self.intervals: dict[str, float] = {}           # node -> its sampling interval
+        self.quiet: dict[str, float] = {}               # node or GPU uuid -> until when it is left out
+        # per epoch: the GPUs (one tuple shared by the epochs that saw the same GPUs) and their utilization
+        self.history = Epochs()
+        self.paused = False                             # its GPUs seen pausing together since the job began
+        self.incidents = Incidents()
+
+    def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
+            recorder: Recorder | None) -> None:
+        """One node's job sample (in (ts, node) order); its ``io``/``quiet`` flags come from the node stage."""
+        if sample.get("interval"):
+            self.intervals[node] = sample["interval"]
+        if self.intervals:
+            self._pace()
+        epoch_s = max(EPOCH_S, self.interval)
+        epoch = int(ts // epoch_s)
+        if self.epoch is not None and epoch > self.epoch:
+            self.evaluate(job, (self.epoch + 1) * epoch_s, tenant, pool, decider, out, recorder)
+        self.epoch = epoch
+        wait = window_s(self.interval)
+        if sample.get("io"):
+            self.quiet[node] = ts + wait               # a starved node: the job is not judged meanwhile
+        for uuid in sample.get("quiet", ()):
+            self.quiet[uuid] = ts + wait
+        cutoff = ts - wait
+        for g in sample["gpus"]:        # a job sample's GPUs (gpufleet/contracts/jobsample.py)
+            uuid = g[UUID]
+            w = self.gpus.get(uuid)
+            if w is None:
+                w = self.gpus[uuid] = JobWindow()
+            clock = g[CLOCK] / g[CLOCK_MAX] if g[CLOCK] is not None and g[CLOCK_MAX] else None
+            power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
+            w.append(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP])
+            self.where[uuid] = (node, g[INDEX])
+            w.drop_through(cutoff)
+
+    def _pace(self) -> None:
+        """The job's epoch and window follow its slowest node: nodes sampled every 5 s and every 60 s in one job
+        share one epoch of 60 s and compare windows of 3 minutes. The epoch reached so far is kept, counted in
+        the new length (an epoch counted in another length would put an evaluation decades back, which finds no
+        samples and so forgets the incidents on the way)."""
+        interval = max(self.intervals.values())
+        if interval != self.interval:
+            if self.epoch is not None:
+                self.epoch = int(self.epoch * max(EPOCH_S, self.interval) // max(EPOCH_S, interval))
+            self.interval = interval
+
+    def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
+                 recorder: Recorder | None) -> None:
+        start = at - window_s(self.interval)
+        self.quiet = {k: until for k, until in self.quiet.items() if until > start}
+        windows: dict[str, list[list[float]]] = {}
+        for uuid, w in list(self.gpus.items()):
+            samples = w.between(start, at)
+            if samples is None:
+                if not len(w) or w.last_ts() <= start:
+                    del self.gpus[uuid]
+                    self.where.pop(uuid, None)
+                continue
+            windows[uuid] = samples
+        present = {n for n, _ in self.where.values()}
+        if any(n not in present for n in self.intervals):  # a node that left no longer sets the pace (next sample)
+            self.intervals = {n: v for n, v in self.intervals.items() if n in present}
+        expected = max(1, round(window_s(self.interval) / self.interval))
+        stats = {u: s for u, s in ((u, stats_of(w)) for u, w in windows.items()) if s is not None}
+        self._remember({u: round(s.util, 1) for u, s in stats.items()})   # as saved: a restore changes nothing
+        nodes = sorted({self.where[u][0] for u in stats})
+        multi = len(nodes) >= 2
+        independent = not lockstep_of(self.history)        # independent work: nobody waits, not judged
+        self.paused = self.paused or paused_together_of(self.history.last(3))
+        # nor while a node of the job is starved of input
+        held = independent or any(n in self.quiet for n in nodes)
+        entries: list[tuple[str, list[float], dict]] = []
+        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent, "paused": self.paused}
+        if multi:                    # a whole slow node, against the job's other nodes
+            node_stats = {n: typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
+            node_peers = peer_medians(node_stats)
+            for n, x in features(node_stats, expected, True, node_peers).items():
+                bits = union(b for u in windows if self.where[u][0] == n for b in bits_of(windows[u][W_THROTTLE]))
+                entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
+                                       "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
+                                       **numbers(node_stats, n, x, node_peers)}))
+        peers = peer_medians(stats)
+        for uuid, x in features(stats, expected, multi, peers).items():
+            node, index = self.where[uuid]
+            entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
+                                      "level": "gpu", "peers": len(stats) - 1,
+                                      "bits": union(bits_of(windows[uuid][W_THROTTLE])),
+                                      "held": held or uuid in self.quiet, **numbers(stats, uuid, x, peers)}))
+        for _, _, info in entries:
+            info.setdefault("held", held)
+        scores = decider.score_many([x for _, x, _ in entries])
+        scored = [(target, x, info, score) for (target, x, info), score in zip(entries, scores)]
+        positives = decide(scored, decider)
+        seen = set()
+        for (target, x, info, score), positive in zip(scored, positives):
+            key = f"{KIND}:{target}"
+            seen.add(key)
+            info["score"] = round(score, 4)
+            if recorder is not None:
+                recorder(KIND, key, at, x, info)
+            self.incidents.observe(key, positive, at, decider, info, out, describe)
+        for key in self.incidents.keys(f"{KIND}:"):
+            if key not in seen:
+                self.incidents.observe(key, False, at, decider, {}, out, describe)
+
+    def _remember(self, utils: dict[str, float]) -> None:
+        self.history.append(tuple(utils), utils.values())
+
+    def epochs(self) -> list[dict[str, float]]:
+        """The lockstep history, per epoch: each GPU's utilization."""
+        return [dict(zip(names, utils)) for names, utils in self.history]
+
+    def end(self, ts: float, out: Output) -> None:
+        """The job is gone from every node."""
+        self.incidents.close_all(ts, describe, out)
+        self.gpus, self.where, self.epoch, self.quiet, self.paused, self.intervals = {}, {}, None, {}, False, {}
+        self.history.clear()
+
+    def to_state(self) -> dict:
+        return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
+                "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
+                "incidents": self.incidents.to_state(), "interval": self.interval, "intervals": self.intervals,
+                "quiet": self.quiet,
+                "history": history_state(self.epochs()), "paused": self.paused}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Detector:
+        d = cls()
+        try:
+            d.gpus = {u: JobWindow.from_state(w, "straggler detector") for u, w in state["gpus"].items()}
+            d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
+            d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
+            d.incidents = Incidents.from_state(state["incidents"])
+            for epoch in history_from_state(state.get("history")):      # absent: saved before it was kept
+                d._remember(epoch)
+            d.paused = bool(state.get("paused", False))                  # absent: saved before it was kept
+            d.intervals = {str(n): float(v) for n, v in state.get("intervals", {}).items()}   # absent: likewise
+        except (KeyError, AttributeError, TypeError):
+            raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
+                             "incidents") from None
+        return d

@@ -1,0 +1,58 @@
+"""What a straggler's page says: the cause its numbers show, and the evidence."""
+from __future__ import annotations
+
+from ..base import (
+    POWER_CAP_BIT,
+    Incident,
+    event,
+    minutes,
+    throttle_text,
+)
+from .constants import CAUSE_THROTTLED_SHARE, KIND, LOW_CLOCK
+from .features import FEATURES, Peers, Stats
+
+
+def numbers(stats: dict[str, Stats], name: str, x: list[float], peers: dict[str, Peers]) -> dict:
+    s, p = stats[name], peers[name]
+    return {"clock": s.clock, "peer_clock": p.clock, "util": s.util, "peer_util": p.util, "power": s.power,
+            "peer_power": p.power, "throttled": s.throttled, "slowdown": x[FEATURES.index("slowdown")]}
+
+def _r(v, digits: int = 1) -> float | None:
+    return None if v is None or v != v else round(v, digits)
+
+def clock_low(info: dict) -> bool:
+    """Its SM clock share is known and under ``LOW_CLOCK`` times its peers'."""
+    return info["clock"] == info["clock"] and info["peer_clock"] == info["peer_clock"] and \
+        info["clock"] < LOW_CLOCK * info["peer_clock"]
+
+
+def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
+    if info["level"] == "node":
+        who = f"{info['node']} (all {info['gpus']} GPUs, job {info['job']})"
+        peers = f"the job's other {info['peers']} nodes" if info["peers"] != 1 else "the job's other node"
+    else:
+        who = f"GPU {info['index']} on {info['node']} (job {info['job']})"
+        peers = f"its {info['peers']} peers" if info["peers"] != 1 else "its one peer"
+    bits = info["bits"] & ~POWER_CAP_BIT
+    if info["throttled"] > CAUSE_THROTTLED_SHARE and throttle_text(bits):
+        cause = throttle_text(bits)
+    elif clock_low(info):
+        cause = "lower SM clock without a throttle reason"
+    else:
+        cause = "slower without throttling (its host, link or input)"
+    also = [throttle_text(info["bits"] & POWER_CAP_BIT)] if info["bits"] & POWER_CAP_BIT else []
+    if status == "firing":
+        if clock_low(info):
+            why = f"SM clock at {info['clock']:.0%} of its maximum vs {info['peer_clock']:.0%} for its peers"
+        else:
+            why = f"utilization {info['util']:.0f}% vs {info['peer_util']:.0f}%, clocks normal"
+        summary = f"{who} runs {info['slowdown']:.0%} behind {peers} for {minutes(st):.0f} min: {why} ({cause})"
+    else:
+        summary = f"{who} keeps pace with {peers} again (it lagged for {minutes(st, resolved_at):.0f} min)"
+    evidence = {"cause": cause, "also_seen": also, "slowdown": round(info["slowdown"], 3),
+                "sm_clock_share": _r(info["clock"], 3), "peers_sm_clock_share": _r(info["peer_clock"], 3),
+                "util_pct": _r(info["util"]), "peers_util_pct": _r(info["peer_util"]),
+                "power_share": _r(info["power"], 3), "peers_power_share": _r(info["peer_power"], 3),
+                "throttled_share": round(info["throttled"], 3), "throttle_reasons": info["bits"],
+                "peers": info["peers"], "level": info["level"], "score": info["score"]}
+    return event(KIND, info["target"], status, st, resolved_at, info, summary, evidence)

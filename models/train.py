@@ -26,13 +26,11 @@ from gpufleet.contracts.output import Output
 
 from . import evaluate
 from .artifact import KindModel, Model
-from .detectors import FEATURE_VERSION, FEATURES, KINDS, module
+from .detectors import FEATURE_VERSION, FEATURES, KINDS, REGISTRY, module
 from .detectors.base import Incidents
 
 log = logging.getLogger("gpufleet.model")
 
-EDGE_S = {"straggler": 90.0, "io_starvation": 90.0, "memory_leak": 900.0}
-PERSIST_OFF = {"straggler": 6, "io_starvation": 6, "memory_leak": 4}
 
 
 class Recording:
@@ -68,7 +66,7 @@ def _fault_index(labels: list[dict], kind: str) -> dict[str, list[dict]]:
     for f in labels:
         if f["kind"] != kind:
             continue
-        if kind == "io_starvation":
+        if module(kind).LEVEL == "job":          # a job on a node: its target is node/job
             index.setdefault(f"{f['node']}/{f['job']}", []).append(f)
         else:
             if f["level"] == "node":
@@ -81,7 +79,7 @@ def _fault_index(labels: list[dict], kind: str) -> dict[str, list[dict]]:
 def label(kind: str, rows: list[tuple], labels: list[dict]) -> list[int | None]:
     """1 inside a fault on the window's target, 0 well outside, None on the edges (left out)."""
     index = _fault_index(labels, kind)
-    edge = EDGE_S[kind]
+    edge = REGISTRY[kind].edge_s
     applies = module(kind).applies
     out: list[int | None] = []
     for key, ts, x, info in rows:
@@ -133,7 +131,7 @@ def fit(kind: str, rows: list[tuple], ys: list[int | None], max_negatives: int =
     clf = GradientBoostingClassifier(n_estimators=100, max_depth=3, learning_rate=0.1, subsample=0.8,
                                      random_state=seed).fit(x, y, sample_weight=weight)
     init, lr, trees = export_trees(clf, x)
-    km = KindModel(list(FEATURES[kind]), init, lr, trees, persist_off=PERSIST_OFF[kind])
+    km = KindModel(list(FEATURES[kind]), init, lr, trees, persist_off=REGISTRY[kind].persist_off)
     check = [km.score(list(v)) for v in x[:50]]
     assert np.allclose(check, clf.predict_proba(x[:50])[:, 1], atol=1e-6), "exported trees disagree with the fit"
     return km
@@ -207,7 +205,7 @@ def _worst_goal(rep: evaluate.KindReport) -> float:
     """The figure tuning raises: F1, and for leaks the lower of F1 and the shares alerted in time (within an
     hour of the start; ten minutes before the out-of-memory), which are goals of their own."""
     figures = [rep.f1]
-    if rep.kind == "memory_leak":
+    if rep.kind in REGISTRY and REGISTRY[rep.kind].oom_goals:
         figures += [share for share in (rep.leak_within_hour_share, rep.leak_early_share) if share is not None]
     return min(figures)
 

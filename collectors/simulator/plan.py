@@ -289,14 +289,14 @@ class Planner:
         return start, start + dur
 
     def plan_faults(self, per_kind: int) -> None:
-        """Faults of every kind the detectors know (models/detectors registry): ``_place_<kind>`` each."""
-        from gpufleet.models.detectors import KINDS
+        """Faults of every kind the detectors know (models/detectors registry): ``_place_<fault>`` each."""
+        from gpufleet.models.detectors import REGISTRY
         rng = self.rng
-        for kind in sorted(KINDS):
+        for fault in sorted(k.fault for k in REGISTRY.values() if k.fault is not None):
             placed, tries = 0, 0
             while placed < per_kind and tries < per_kind * 60:
                 tries += 1
-                placed += bool(getattr(self, f"_place_{kind}")(rng))
+                placed += bool(getattr(self, f"_place_{fault}")(rng))
         self.idle_labels_from_bursts()
         self._place_spells(random.Random(rng.random()), per_kind)
 

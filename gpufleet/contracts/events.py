@@ -16,7 +16,8 @@ DEADLETTER_SCHEMA: Literal["gpufleet.deadletter.v1"] = "gpufleet.deadletter.v1"
 BILLING_SCHEMA: Literal["gpufleet.billing.v1"] = "gpufleet.billing.v1"
 MAX_DEAD_PAYLOAD = 64 * 1024
 
-AlertKind = Literal["straggler", "io_starvation", "memory_leak", "idle"]
+# a detector's kind (models/detectors registry: straggler, io_starvation, memory_leak, ...) or the stream's own (idle)
+AlertKind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 ReasonCode = Literal["invalid", "late", "clock_skew", "too_large", "internal_error"]
 
 

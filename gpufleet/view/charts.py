@@ -21,7 +21,10 @@ FONT = "system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif"
 INK, MUTED, GRID = "#1f2328", "#656d76", "#e6e8eb"
 PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5", "#9c6b4e",
            "#9498a0")
-KIND_COLORS = {"idle": "#e4572e", "straggler": "#4269d0", "io_starvation": "#efb118", "memory_leak": "#a463f2"}
+def kind_colors() -> dict[str, str]:
+    """Each alert kind's colour (the registry of detectors, and the stream's own kinds)."""
+    from gpufleet.models.detectors import colours
+    return colours()
 IDLE, NOT_RENTED, NO_DATA = (228, 87, 46), (208, 211, 215), (247, 248, 249)
 # viridis at five stops: utilization 0 (dark) to 100 % (yellow)
 VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
@@ -397,11 +400,11 @@ def timeline(chart: str, incidents: Sequence[dict], t0: float, t1: float, width:
         where = a["node"] + (f" {a['gpu_uuid'][:12]}" if a.get("gpu_uuid") else "") + \
             (f" {a['job']}" if a.get("job") and not a.get("gpu_uuid") else "")
         svg.text(left - 8, y + 11, f"{a['kind']} · {where}", anchor="end", size=10)
-        fill = KIND_COLORS.get(a["kind"], color(i))
+        fill = kind_colors().get(a["kind"], color(i))
         status = "firing" if a["resolved_at"] is None else "resolved"
         svg.rect(x(a["started_at"]), y + 2, max(x(end) - x(a["started_at"]), 2), row_h - 5, fill,
                  title=f"{a['summary']} ({status})",
                  extra=' opacity="0.95"' if status == "firing" else ' opacity="0.55"')
         svg.marks += 1
-    svg.legend([(k, c) for k, c in KIND_COLORS.items()], left, 14)
+    svg.legend(list(kind_colors().items()), left, 14)
     return svg.render()

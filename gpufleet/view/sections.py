@@ -12,7 +12,7 @@ from decimal import Decimal
 from urllib.parse import urlencode
 
 from gpufleet.view import charts
-from gpufleet.view.charts import KIND_COLORS, Marker, Series, esc
+from gpufleet.view.charts import Marker, Series, esc, kind_colors
 from gpufleet.view.data import FleetData, Window, iso
 
 
@@ -107,7 +107,7 @@ def _incident_rows(incidents: list[dict], links: bool, resolved: bool = False) -
     for a in incidents:
         target = a["node"] + (f" · {a['gpu_uuid']}" if a["gpu_uuid"] else "") + (f" · job {a['job']}" if a["job"]
                                                                                   else "")
-        kind = Raw(f'<span class="kind" style="background:{KIND_COLORS.get(a["kind"], "#9498a0")}">'
+        kind = Raw(f'<span class="kind" style="background:{kind_colors().get(a["kind"], "#9498a0")}">'
                    f'{esc(a["kind"])}</span>')
         link = Raw(f'<a href="incident?id={esc(a["id"])}">telemetry</a>') if links else a["id"]
         since = _when(a["started_at"]) + (f" – {_when(a['resolved_at'])}" if resolved else "")
@@ -273,7 +273,7 @@ INCIDENT, PEER = "#d1242f", "#8c959f"
 def incident_sections(found: dict) -> list[Section]:
     a = found["alert"]
     t0, t1 = found["start"], found["end"]
-    spans = [(a["started_at"], a["resolved_at"] or t1, KIND_COLORS.get(a["kind"], "#9498a0"))]
+    spans = [(a["started_at"], a["resolved_at"] or t1, kind_colors().get(a["kind"], "#9498a0"))]
     markers = [Marker(a["detected_at"], f"detected {iso(a['detected_at'])}", charts.INK, "◆")]
     if found.get("empty"):
         return [Section("telemetry", "Telemetry", empty(found["empty"]))]

@@ -1,12 +1,15 @@
-"""The detectors, one module per kind, found through this registry.
+"""The detectors, one package per kind, found through this registry.
 
-Each module holds its window state (typed, saved by name), its features (named), its decision (``applies``
-and ``decide``, and optionally ``urgent``: a positive that opens the incident at once, and ``held_back``: a
-positive window that opens no incident, given the window's info and the incidents open), its incidents'
-wording (``describe``), its threshold baseline (``baseline``) and the stage it runs on (``STAGE``). The
-stream (streams/node.py, streams/jobs.py), training (models/train.py), evaluation and its baselines, and
-the simulated fleet's faults all read :data:`REGISTRY`: adding a kind is one module, one line here, and a
-fault in the simulator.
+Each kind's package (``models/detectors/<kind>/``) holds its window state (typed, saved by name), its features
+(named), its decision (``applies`` and ``decide``, and optionally ``urgent``: a positive that opens the incident at
+once, and ``held_back``: a positive window that opens no incident, given the window's info and the incidents
+open), its incidents' wording (``describe``), its threshold baseline (``baseline``), the stage it runs on
+(``STAGE``), what its alerts name (``LEVEL``: ``gpu``, a GPU or a whole node; ``job``, a job on a node) and its
+constants, one table. Its :class:`Kind` entry here carries what the rest of gpufleet needs to know of it: how
+training labels its windows, its colour, its evaluation goals, and the simulated fleet's fault. The stream
+(streams/node.py, streams/jobs.py), training, evaluation, the fleet page and the simulator all read
+:data:`REGISTRY`: adding a kind is its package, one line here, and a fault in each fleet generator (the
+simulator's ``_place_<fault>`` and sampling, and the held-out generator's own, which shares no code with this).
 
 Precedence between kinds (one cause per incident): a process restart (memory_leak) > IO starvation >
 straggler. The node stage's detectors run in registry order and hand what they know to the next (GPUs
@@ -14,6 +17,7 @@ to leave out, jobs starved of input); the job stage gets the same through the jo
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -24,16 +28,99 @@ from gpufleet.contracts.state import StateError
 from . import io_starvation, memory_leak, straggler
 from .base import Recorder
 
-# kind -> its module; a module's STAGE says where it runs: "node" (each node's messages, in ts order) or
-# "job" (each job's samples from every node, released in (ts, node) order); node detectors run in this order
-REGISTRY: dict[str, ModuleType] = {m.KIND: m for m in (memory_leak, io_starvation, straggler)}
-KINDS = tuple(REGISTRY)
-FEATURES = {kind: m.FEATURES for kind, m in REGISTRY.items()}
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of fault the detectors find: its package and what the rest of gpufleet needs to know of it."""
+
+    module: ModuleType           # its package: KIND, STAGE, LEVEL, FEATURES, Detector, applies, decide, describe, ...
+    edge_s: float                # training: seconds after a labelled fault's start left unlabelled (the windows
+                                 # straddling its start are neither healthy nor faulty)
+    persist_off: int             # windows without evidence in a row that resolve an incident (the model keeps it)
+    colour: str                  # on the fleet page and the evaluation chart
+    delay_goal_s: float | None   # evaluation: the median delay from a fault's start to its page must stay under this
+    oom_goals: bool              # evaluation: its faults may end in an out-of-memory, so lead-time goals apply
+    fault: str | None            # the simulated fleet's fault of this kind (collectors/simulator ``_place_<fault>``)
+
+    @property
+    def name(self) -> str:
+        return self.module.KIND
+
+
+# kind -> its entry; a package's STAGE says where it runs: "node" (each node's messages, in ts order) or "job"
+# (each job's samples from every node, released in (ts, node) order); node detectors run in this order
+REGISTRY: dict[str, Kind] = {k.name: k for k in (
+    Kind(memory_leak, edge_s=900.0, persist_off=4, colour="#a463f2", delay_goal_s=None, oom_goals=True,
+         fault="memory_leak"),
+    Kind(io_starvation, edge_s=90.0, persist_off=6, colour="#efb118", delay_goal_s=120.0, oom_goals=False,
+         fault="io_starvation"),
+    Kind(straggler, edge_s=90.0, persist_off=6, colour="#4269d0", delay_goal_s=120.0, oom_goals=False,
+         fault="straggler"),
+)}
+# what the stream decides itself, beside the detectors (streams/idle.py), with its colour
+STREAM_KINDS = {"idle": "#e4572e"}
 FEATURE_VERSION = 5
 
 
+class KindNames(Sequence):
+    """The kinds registered now, in registry order (and ``extra`` after them): a live view, so a kind registered
+    later (a test's) is seen by whatever kept this."""
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.extra = extra
+
+    def _names(self) -> tuple[str, ...]:
+        return (*REGISTRY, *self.extra)
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(REGISTRY) + len(self.extra)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in REGISTRY or name in self.extra
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+class Features(Mapping):
+    """Each registered kind's feature names (a live view of the registry)."""
+
+    def __getitem__(self, kind: str) -> tuple[str, ...]:
+        return REGISTRY[kind].module.FEATURES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REGISTRY)
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+
+KINDS = KindNames()
+FEATURES = Features()
+
+
+def register(kind: Kind) -> None:
+    """Add a kind (a test's toy kind: the shipped ones are listed above)."""
+    REGISTRY[kind.name] = kind
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+def colours() -> dict[str, str]:
+    """Every kind's colour: the stream's own kinds, then the detectors'."""
+    return {**STREAM_KINDS, **{k: e.colour for k, e in REGISTRY.items()}}
+
+
 def module(kind: str) -> ModuleType:
-    return REGISTRY[kind]
+    return REGISTRY[kind].module
 
 
 @dataclass
@@ -69,7 +156,7 @@ class NodeDetectors:
     __slots__ = ("detectors",)
 
     def __init__(self) -> None:
-        self.detectors = {kind: m.Detector() for kind, m in REGISTRY.items() if m.STAGE == "node"}
+        self.detectors = {kind: e.module.Detector() for kind, e in REGISTRY.items() if e.module.STAGE == "node"}
 
     def add(self, msg, detection: Detection, out: Output, tenant_of: dict) -> NodeFlags:
         ctx = NodeContext(out, tenant_of, detection.recorder, NodeFlags())
@@ -96,7 +183,7 @@ class JobDetectors:
     __slots__ = ("detectors",)
 
     def __init__(self) -> None:
-        self.detectors = {kind: m.Detector() for kind, m in REGISTRY.items() if m.STAGE == "job"}
+        self.detectors = {kind: e.module.Detector() for kind, e in REGISTRY.items() if e.module.STAGE == "job"}
 
     def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, detection: Detection,
             out: Output) -> None:

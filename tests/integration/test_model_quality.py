@@ -34,7 +34,7 @@ MISSED_ON_503 = {"straggler: F1": 0.85,
                  # before, 0.574 before a GPU handed to another job was judged by the new job's samples, 0.549
                  # before the IO trees were trained on GPUs starved at their fed pace
                  "io_starvation: F1": 0.7,
-                 "leaks growing an hour or more: alerted within 60 min": None,  # 4 of 6 (67%)
+                 "memory_leak: faults growing an hour or more alerted within 60 min": None,  # 4 of 6 (67%)
                  "false alerts <= 1 per 1,000 GPU-hours": None}                # 1.95 (3.3 before)
 
 

@@ -387,9 +387,12 @@ def test_a_job_held_back_beside_a_starved_one_is_starved_for_the_other_detectors
     assert 1000 + 5 * 12 * 20 <= starved_at["a"] < starved_at["b"] <= 1000 + 5 * 12 * 24
 
 
-def test_every_detector_is_one_module_in_the_registry():
-    for kind, m in REGISTRY.items():
-        assert m.KIND == kind and m.STAGE in ("node", "job") and len(set(m.FEATURES)) == len(m.FEATURES)
+def test_every_detector_is_one_package_in_the_registry():
+    for kind, entry in REGISTRY.items():
+        m = entry.module
+        assert m.KIND == kind and m.STAGE in ("node", "job") and m.LEVEL in ("gpu", "job")
+        assert len(set(m.FEATURES)) == len(m.FEATURES) and entry.edge_s >= 0 and entry.persist_off >= 1
+        assert entry.colour.startswith("#") and (entry.delay_goal_s is None or entry.delay_goal_s > 0)
         for part in ("Detector", "features", "applies", "decide", "describe", "baseline"):
             assert hasattr(m, part), (kind, part)
 

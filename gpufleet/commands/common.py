@@ -129,12 +129,26 @@ def connect(settings: Settings, create: bool):
     return Store.connect(s.dsn, s.database, s.password.get_secret_value() if s.password else None, create=create)
 
 
+KEPT_WHEN_FRESH = ("silences",)      # an operator's own entries, which a recreated demo database keeps
+
+
 def writable_store(settings: Settings, fresh: bool = False):
-    """The store for a command that writes: the database created and migrated (as `db migrate` does)."""
+    """The store for a command that writes: the database created and migrated (as `db migrate` does). ``fresh``:
+    recreated empty, but for the operator's own entries (``KEPT_WHEN_FRESH``: the silences)."""
     store = connect(settings, create=True)
     if fresh:
+        kept = {}
+        for table in KEPT_WHEN_FRESH:
+            try:
+                kept[table] = store.select(f"SELECT * FROM {table}")
+            except Exception:                 # noqa: BLE001 -- no such table yet: nothing to keep
+                pass
         store.drop()
         store = connect(settings, create=True)
+        store.migrate()
+        for table, (columns, rows) in kept.items():
+            if rows:
+                store.write(table, columns, rows, dedup=False)
     store.migrate()
     store.set_raw_retention(settings.store.raw_retention_days)
     return store

@@ -18,6 +18,10 @@ class Unreachable(Exception):
     """No answer: connection refused or reset, a timeout, a name that does not resolve."""
 
 
+class BadRequest(Exception):
+    """A request that can never be sent as it is (a URL urllib cannot open): not worth a retry."""
+
+
 @dataclass(frozen=True)
 class Response:
     status: int
@@ -41,7 +45,10 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> Re
     global _opener
     if _opener is None:
         _opener = urllib.request.build_opener(_NoRedirect)
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    except ValueError as err:                  # "unknown url type": a configuration to fix, never an answer
+        raise BadRequest(f"cannot send to this URL: {err}") from None
     try:
         with _opener.open(request, timeout=timeout_s) as answer:
             return Response(answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read(MAX_BODY))

@@ -89,6 +89,18 @@ class Sender(threading.Thread):
         self.bucket = TokenBucket(*receiver.rate)
         self.rng = random.Random(seed)
         self.timeout_s = receiver.config.timeout_s or policy.timeout_s
+        self.state = "idle"          # idle, sending, paced (waiting for the rate limit or a 429's Retry-After),
+        self.last_error = ""         # or retrying (after a failure: last_error says which)
+
+    def describe(self) -> str:
+        """What this receiver's deliveries are doing now, for a progress line."""
+        if self.state == "paced":
+            rate, burst = self.receiver.rate
+            return f"{self.receiver.name}: paced by its rate limit ({rate:g}/s)" if rate else \
+                f"{self.receiver.name}: waiting as the receiver asked (429)"
+        if self.state == "retrying":
+            return f"{self.receiver.name}: retrying after a failure ({self.last_error[:120]})"
+        return f"{self.receiver.name}: {self.state}"
 
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
@@ -104,9 +116,10 @@ class Sender(threading.Thread):
                 continue
             try:
                 self._job(job)
-            except Exception:                        # a bug must not silently stop a receiver's deliveries
-                log.exception("receiver %s: unexpected error; its deliveries stay owed", self.receiver.name)
-                self.results.put(Result(job.deliveries, "abandoned", job))
+            except Exception as err:                 # a bug must not stop a receiver's deliveries, nor leave them
+                log.exception("receiver %s: unexpected error; the deliveries are dead-lettered", self.receiver.name)
+                self._settle(job, job.deliveries, "dead", 0, "internal_error",        # owed with nothing to retry
+                             self.receiver.mask(f"{type(err).__name__}: {err}"))
         while True:                                  # what is still queued stays owed
             try:
                 job = self.jobs.get_nowait()
@@ -138,6 +151,7 @@ class Sender(threading.Thread):
         while True:
             wait = self.bucket.wait_s()
             if wait > 0:
+                self.state = "paced"
                 if self.metrics:
                     self.metrics.throttled(name, wait)
                 if self.stopping.wait(wait):
@@ -146,13 +160,19 @@ class Sender(threading.Thread):
             attempts += 1
             for d in owed:
                 d.attempts += 1
+            self.state = "sending"
             try:
                 answer = self.post(request.url, request.body, {**request.headers, **self.receiver.sign(request)},
                                    self.timeout_s)
                 verdict = self.receiver.verdict(answer)
             except http.Unreachable as err:
                 verdict = Verdict("retry", f"no answer: {err}")
+            except http.BadRequest as err:
+                verdict = Verdict("rejected", str(err))
+            except Exception as err:                 # anything else at send time: a failed attempt, retried
+                verdict = Verdict("retry", f"{type(err).__name__}: {err}")
             if verdict.outcome == "delivered":
+                self.state = "idle"
                 answered = time.monotonic()
                 self._settle(job, owed, "sent", attempts, "", "", time.time(), answered)
                 return
@@ -163,11 +183,13 @@ class Sender(threading.Thread):
                 return
             elapsed = time.monotonic() - started
             if verdict.outcome == "rate_limited":
+                self.state = "paced"
                 delay = verdict.retry_after_s if verdict.retry_after_s is not None else \
                     policy.backoff(failures + 1, self.rng)
                 if self.metrics:
                     self.metrics.rate_limited(name)
             else:
+                self.state, self.last_error = "retrying", detail
                 failures += 1
                 delay = policy.backoff(failures, self.rng)
                 if self.metrics:

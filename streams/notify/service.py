@@ -260,6 +260,15 @@ class LocalNotifier:
     def owed(self) -> int:
         return self.parts.router.owed() + self.inbox.qsize()
 
+    def progress(self) -> str:
+        """A progress line that tells pacing (rate limits, a receiver's 429) from failure (retried for up to
+        ``notify.retry_for_s``)."""
+        busy = [s.describe() for s in self.parts.senders.values() if s.state in ("paced", "retrying")]
+        failing = any(s.state == "retrying" for s in self.parts.senders.values())
+        return (f"notify: {self.owed()} deliveries still owed" + (f"; {'; '.join(busy)}" if busy else "") +
+                (f" (failures are retried for up to {self.settings.notify.retry_for_s:g} s)" if failing else "") +
+                f"; Ctrl-C keeps them in {self.parts.outbox.path}")
+
     def finish(self, report: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict[str, int]:
         """Tell everything owed (groups flushed now, not at their timers), then stop; returns counts by state.
         Waits while receivers fail, up to ``notify.retry_for_s`` per delivery; interrupted, what is still
@@ -271,8 +280,7 @@ class LocalNotifier:
                 time.sleep(0.05)
                 if time.monotonic() - last >= 5:
                     last = time.monotonic()
-                    report(f"notify: {self.owed()} deliveries still owed (receivers failing retry for up to "
-                           f"{self.settings.notify.retry_for_s:g} s; Ctrl-C keeps them in {self.parts.outbox.path})")
+                    report(self.progress())
         finally:
             self.stopping.set()
             self.thread.join(timeout=30)

@@ -88,3 +88,23 @@ def test_routes_from_the_settings(routes, capsys, monkeypatch):
     monkeypatch.setenv("GPUFLEET_NOTIFY__ROUTES", str(routes))
     assert main(["notify", "--check"]) == 0
     assert "2 receivers" in capsys.readouterr().out
+
+
+def test_the_demo_recreates_its_database_and_keeps_the_silences(tmp_path):
+    """`demo` starts from an empty database each run, but an operator's silences are theirs: they stay."""
+    import subprocess
+    import sys
+    dsn = f"chdb://{tmp_path / 'store'}"
+
+    def gpufleet(*args):
+        out = subprocess.run([sys.executable, "-m", "gpufleet", *args, "--dsn", dsn, "--database", "gpufleet_demo"],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    gpufleet("demo", "--nodes", "2", "--gpus-per-node", "2", "--hours", "0.25", "--faults", "0")
+    added = gpufleet("silence", "add", "--match", "kind=idle", "--match", "tenant=acme", "--for", "2h",
+                     "--comment", "maintenance")
+    sid = added.split()[1]
+    gpufleet("demo", "--nodes", "2", "--gpus-per-node", "2", "--hours", "0.25", "--faults", "0")
+    listed = gpufleet("silence", "list")
+    assert sid in listed and "maintenance" in listed and "tenant=acme" in listed

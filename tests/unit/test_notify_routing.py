@@ -136,8 +136,16 @@ def test_bad_routes_name_the_setting(raw, names):
     ({"type": "carrier-pigeon"}, "receivers.a.type"),
     ({"type": "alertmanager", "url": "am:9093"}, "receivers.a.url"),
     ({"type": "webhook", "url": "http://x/", "signing_key_env": "T_SIGNING_KEY", "retries": 3}, "receivers.a.retries"),
+    ({"type": "webhook", "url": "not a url", "signing_key_env": "T_SIGNING_KEY"},
+     "receivers.a: url 'not a url' is not an http(s) URL"),
+    ({"type": "webhook", "url": "ftp://files.test/in", "signing_key_env": "T_SIGNING_KEY"},
+     "receivers.a: url 'ftp://files.test/in' is not an http(s) URL"),
+    ({"type": "slack", "url_env": "T_BAD_URL"}, "receivers.a.url_env (T_BAD_URL): not a URL"),
+    ({"type": "slack", "url_env": "T_NO_HOST_URL"}, "receivers.a.url_env (T_NO_HOST_URL): a URL without a host"),
 ])
-def test_receiver_settings_and_secrets(receiver, names):
+def test_receiver_settings_and_secrets(receiver, names, monkeypatch):
+    monkeypatch.setenv("T_BAD_URL", "hooks.slack.test/XYZsecret")
+    monkeypatch.setenv("T_NO_HOST_URL", "https:///XYZsecret")
     with pytest.raises(RoutesError) as err:
         Routes.parse({"route": {"receiver": "a"}, "receivers": {"a": receiver}})
     text = str(err.value)

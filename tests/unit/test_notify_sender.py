@@ -112,3 +112,34 @@ def test_the_rate_limit_spaces_requests(tmp_path, monkeypatch):
     assert result.state == "sent" and len(rows) == 8
     # 2 at once, then one every 50 ms: the 8th no sooner than 6 intervals after the first
     assert stamps[-1] - stamps[0] >= 6 * 0.05 * 0.9
+
+
+def test_a_send_that_raises_is_a_failed_attempt_and_a_url_that_cannot_be_sent_to_is_dead_lettered(tmp_path, slack):
+    """Any error at send time is an attempt that failed with its reason: retried, then dead-lettered; a URL urllib
+    cannot open is a configuration to fix, dead-lettered at once. Nothing is left owed with no one to retry it."""
+    def broken(url, body, headers, timeout_s):
+        raise RuntimeError("socket library exploded")
+    result, rows = run_one(tmp_path, slack, broken, RetryPolicy(retry_for_s=0.2, backoff_s=0.05, backoff_max_s=0.05))
+    assert result.state == "dead" and result.reason == "retry_limit" and "RuntimeError: socket" in result.error
+    assert rows[0]["state"] == "dead" and rows[0]["attempts"] >= 2
+
+    from gpufleet.streams.notify import http
+    result, rows = run_one(tmp_path / "b", slack, lambda *a: http.post("not a url", b"{}", {}, 1.0), RetryPolicy())
+    assert result.state == "dead" and result.reason == "rejected" and "cannot send to this URL" in result.error
+    assert rows[0]["attempts"] == 1
+
+
+def test_a_bug_in_building_or_sending_never_leaves_a_delivery_owed(tmp_path, slack, monkeypatch):
+    monkeypatch.setattr(Sender, "_deliver", lambda self, job, request, owed: 1 / 0)
+    result, rows = run_one(tmp_path, slack, Endpoint(), RetryPolicy())
+    assert result.state == "dead" and result.reason == "internal_error" and "ZeroDivisionError" in result.error
+    assert [r["state"] for r in rows] == ["dead"]
+
+
+def test_the_sender_says_whether_it_is_paced_or_retrying(tmp_path, slack):
+    sender = Sender(slack, Outbox(str(tmp_path), fsync=False), RetryPolicy(), queue.Queue())
+    sender.state = "retrying"
+    sender.last_error = "HTTP 503: down"
+    assert sender.describe() == "s: retrying after a failure (HTTP 503: down)"
+    sender.state = "paced"
+    assert sender.describe() == "s: waiting as the receiver asked (429)"      # this one has no rate limit

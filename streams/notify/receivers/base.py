@@ -59,6 +59,30 @@ class ReceiverConfig(BaseModel):
         return data
 
 
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not one a receiver can be sent to (an http or https URL with a host), or None."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url.strip())
+        parts.port                                   # noqa: B018 -- a port that is not a number raises here
+    except ValueError as err:
+        return f"not a URL ({err})"
+    if parts.scheme not in ("http", "https"):
+        return "not an http(s) URL" if parts.scheme else "not a URL (no http:// or https://)"
+    if not parts.hostname:
+        return "a URL without a host"
+    return None
+
+
+def checked_url(where: str, url: str) -> str:
+    """``url`` if a receiver can be sent to it; else :class:`RoutesError` naming ``where`` (the value is not
+    repeated: it may hold a token)."""
+    problem = url_problem(url)
+    if problem:
+        raise RoutesError(f"{where}: {problem}")
+    return url.strip()
+
+
 def read_secret(receiver: str, config: BaseModel, name: str) -> str | None:
     """The value of secret ``name`` from the environment variable or file its settings name."""
     var, path = getattr(config, f"{name}_env", None), getattr(config, f"{name}_file", None)
@@ -67,7 +91,7 @@ def read_secret(receiver: str, config: BaseModel, name: str) -> str | None:
         value = os.environ.get(var, "").strip()
         if not value:
             raise RoutesError(f"{where}: environment variable {var} is not set")
-        return value
+        return checked_url(f"{where} ({var})", value) if name == "url" else value
     if path:
         try:
             value = read_text(path, 64 << 10).strip()         # a secret is a line; a file of 64 KiB is not one
@@ -75,7 +99,7 @@ def read_secret(receiver: str, config: BaseModel, name: str) -> str | None:
             raise RoutesError(f"{where}: {err}") from None
         if not value:
             raise RoutesError(f"{where}: {path} is empty")
-        return value
+        return checked_url(f"{where} ({path})", value) if name == "url" else value
     return None
 
 

@@ -4,13 +4,15 @@ Slack's limits (docs.slack.dev, Block Kit reference): 50 blocks a message, a hea
 150 characters, a section's text 3,000, at most 10 fields of 2,000 each, a context block 10
 elements. Messages whose blocks hold more than about 13,000 characters in all are refused
 (``msg_blocks_too_long``) though no limit is published, so this keeps them under 11,000. A group
-too large for one message shows its first alerts in full and the rest as one line each, cut to fit.
+too large for one message goes out in as many messages as it takes, each alert in full in one of them.
 Incoming webhooks take about one message a second, short bursts allowed; a 429 carries Retry-After.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, ClassVar, Literal
+
+from gpufleet.contracts.units import readable_evidence
 
 from ..http import Response
 from .base import Notification, Receiver, ReceiverConfig, Request, Verdict, classify, cut, iso, json_body
@@ -23,6 +25,7 @@ MAX_FIELD = 2000
 MAX_CONTEXT = 10
 MAX_BLOCK_CHARS = 11_000
 MAX_TEXT = 3000                # the fallback: what notifications and old clients show
+MAX_ALERT_FIELDS = 4000        # one alert's evidence fields in all: with its text (3,000) it fits one message
 
 
 class SlackConfig(ReceiverConfig):
@@ -65,13 +68,20 @@ class Slack(Receiver):
     default_rate: ClassVar[tuple[float, int]] = (1.0, 3)
 
     def requests(self, n: Notification) -> list[Request]:
-        payload = self.message(n)
-        return [Request(self.secrets["url"], json_body(payload), {"Content-Type": "application/json"},
-                        list(range(len(n.alerts))))]
+        """One message, or as many as it takes to show every alert of the group in full (Slack's limits on blocks
+        and characters), each naming its part: nothing of the group is left to a line cut short."""
+        parts = self.parts(n)
+        return [Request(self.secrets["url"], json_body(self.message(n, idx, i, len(parts))),
+                        {"Content-Type": "application/json"}, idx) for i, idx in enumerate(parts, 1)]
 
     def headline(self, n: Notification) -> str:
-        firing = sum(1 for a in n.alerts if a["status"] == "firing")
-        resolved = len(n.alerts) - firing
+        """``[FIRING:2, RESOLVED:3]``: each alert counted once, in the state its latest event in the group has
+        (an incident that fired and resolved before the group was told is resolved)."""
+        latest: dict[str, str] = {}
+        for a in n.alerts:
+            latest[a.get("id") or a.get("dedup_key", "")] = a["status"]
+        firing = sum(1 for status in latest.values() if status == "firing")
+        resolved = len(latest) - firing
         counts = []
         if firing:
             counts.append(f"{'STILL FIRING' if n.reminder else 'FIRING'}:{firing}")
@@ -82,26 +92,29 @@ class Slack(Receiver):
         title = getattr(self.config, "title", "gpufleet")
         return f"[{', '.join(counts)}] {title}: {scope}"
 
-    def message(self, n: Notification) -> dict:
-        header = cut(self.headline(n), MAX_HEADER)
-        blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}}]
-        used = len(header)
-        shown = 0
-        for alert in n.alerts:
+    def parts(self, n: Notification) -> list[list[int]]:
+        """The group's alerts (their indices) split into messages within Slack's limits, in order."""
+        room = MAX_BLOCK_CHARS - MAX_HEADER - 200
+        parts: list[list[int]] = [[]]
+        used = 0
+        for i, alert in enumerate(n.alerts):
             section, context = self.alert_blocks(alert, n.reminder)
             size = len(json.dumps(section)) + len(json.dumps(context))
-            # room for this alert's two blocks and the overflow line after them
-            if len(blocks) + 3 > MAX_BLOCKS or used + size > MAX_BLOCK_CHARS - 1000:
-                break
-            blocks += [section, context]
+            if parts[-1] and (2 * (len(parts[-1]) + 1) + 1 > MAX_BLOCKS or used + size > room):
+                parts.append([])
+                used = 0
+            parts[-1].append(i)
             used += size
-            shown += 1
-        rest = n.alerts[shown:]
-        if rest:
-            lines = [f"{'resolved' if a['status'] == 'resolved' else 'firing'} {a['kind']} {where(a)}" for a in rest]
-            text = cut(f"…and {len(rest)} more: " + "; ".join(lines), MAX_SECTION)
-            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
-        fallback = header + "\n" + "\n".join(f"{a['status']}: {a['summary']}" for a in n.alerts)
+        return parts
+
+    def message(self, n: Notification, indices: list[int] | None = None, part: int = 1, of: int = 1) -> dict:
+        indices = list(range(len(n.alerts))) if indices is None else indices
+        suffix = f" ({part} of {of})" if of > 1 else ""
+        header = cut(self.headline(n), MAX_HEADER - len(suffix)) + suffix
+        blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}}]
+        for i in indices:
+            blocks += list(self.alert_blocks(n.alerts[i], n.reminder))
+        fallback = header + "\n" + "\n".join(f"{n.alerts[i]['status']}: {n.alerts[i]['summary']}" for i in indices)
         return {"text": cut(fallback, MAX_TEXT), "blocks": blocks}
 
     def alert_blocks(self, alert: dict, reminder: bool) -> tuple[dict, dict]:
@@ -109,8 +122,9 @@ class Slack(Receiver):
         text = f"*{status}* · *{alert['severity']}* · *{alert['kind']}* on {where(alert)}\n{escape(alert['summary'])}"
         section: dict = {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, MAX_SECTION)}}
         evidence = alert.get("evidence") or {}
-        fields = [{"type": "mrkdwn", "text": cut(f"*{escape(str(k))}*\n{escape(value_text(v))}", MAX_FIELD)}
-                  for k, v in list(evidence.items())[:MAX_FIELDS]]
+        shown = readable_evidence(evidence)[:MAX_FIELDS]
+        each = min(MAX_FIELD, MAX_ALERT_FIELDS // max(1, len(shown)))      # an alert always fits one message
+        fields = [{"type": "mrkdwn", "text": cut(f"*{escape(label)}*\n{escape(text)}", each)} for label, text in shown]
         if fields:
             section["fields"] = fields
         facts = []

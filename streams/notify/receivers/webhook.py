@@ -19,7 +19,7 @@ from pydantic import model_validator
 
 from gpufleet import __version__
 
-from .base import Notification, Receiver, ReceiverConfig, Request, json_body, read_secret
+from .base import Notification, Receiver, ReceiverConfig, Request, checked_url, json_body, read_secret
 
 TOLERANCE_S = 300
 
@@ -71,7 +71,7 @@ class Webhook(Receiver):
         assert isinstance(config, WebhookConfig)
         self.clock = clock
         if config.url:
-            self.url = config.url
+            self.url = checked_url(f"receivers.{name}.url", config.url)
         else:
             self.url = read_secret(name, config, "url") or ""
             self.secrets["url"] = self.url

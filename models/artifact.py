@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -43,6 +43,8 @@ class KindModel:
     persist_on: int = 2             # positive windows in a row before an incident fires
     persist_off: int = 6            # negative windows in a row before it resolves
     urgent_score: float | None = None   # a window urgent by its detector's own rule fires at once from this score
+    hold_down_s: float | None = None    # a cleared condition resolves once clear this long (None: the kind's default,
+                                        # models/detectors registry, or setting stream.hold_down_s)
 
     def score(self, x: list[float]) -> float:
         z = 0.0
@@ -158,6 +160,12 @@ def _depth(left: list[int], right: list[int], i: int) -> int:
 class Model:
     kinds: dict[str, KindModel]
     metadata: dict = field(default_factory=dict)
+
+    def with_hold_downs(self, hold_down_s: dict[str, float]) -> Model:
+        """The model with each kind's hold-down set where the model leaves it to the registry (None)."""
+        kinds = {k: m if m.hold_down_s is not None or k not in hold_down_s else replace(m, hold_down_s=hold_down_s[k])
+                 for k, m in self.kinds.items()}
+        return Model(kinds, self.metadata)
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "feature_version": FEATURE_VERSION,

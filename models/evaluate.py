@@ -31,6 +31,13 @@ class KindReport:
     leak_long: int = 0
     leak_hours: int = 0                 # leaks that grew for an hour or more
     leak_hour_hits: int = 0             # ... and were alerted within an hour of their start
+    causes_checked: int = 0             # incidents matching a fault whose variant names a cause
+    causes_agreed: int = 0              # ... whose evidence names that cause
+
+    @property
+    def cause_agreement(self) -> float | None:
+        """The share of incidents that name the cause their fault's variant has."""
+        return self.causes_agreed / self.causes_checked if self.causes_checked else None
 
     @property
     def precision(self) -> float:
@@ -44,6 +51,11 @@ class KindReport:
     def f1(self) -> float:
         p, r = self.precision, self.recall
         return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def incidents_per_fault(self) -> float | None:
+        """Incidents that match a fault, per fault found: 1.0 is one fault, one page (flapping raises it)."""
+        return self.matched_incidents / self.detected_faults if self.detected_faults else None
 
     @property
     def false_alerts(self) -> int:
@@ -84,18 +96,47 @@ class Report:
             out.append((k.kind, k.faults, k.incidents, round(k.precision, 3), round(k.recall, 3), round(k.f1, 3),
                         None if med is None else round(med / 60, 1), None if p95 is None else round(p95 / 60, 1),
                         round(self.false_per_1000h(k.kind), 2),
+                        None if k.incidents_per_fault is None else round(k.incidents_per_fault, 2),
+                        None if k.cause_agreement is None else round(k.cause_agreement, 3),
                         None if k.leak_early_share is None else f"{k.leak_early_share:.0%} of {k.leak_long}",
                         None if k.leak_within_hour_share is None else
                         f"{k.leak_within_hour_share:.0%} of {k.leak_hours}"))
         return out
 
     HEADERS = ["kind", "faults", "incidents", "precision", "recall", "F1", "delay_p50_min", "delay_p95_min",
-               "false_per_1000_gpu_h", "leaks_alerted_10min_before_oom", "leaks_alerted_within_1h"]
+               "false_per_1000_gpu_h", "incidents_per_fault", "cause_agreement", "leaks_alerted_10min_before_oom",
+               "leaks_alerted_within_1h"]
 
     def to_dict(self) -> dict:
         return {"gpu_hours": round(self.gpu_hours, 1),
                 "false_alerts_per_1000_gpu_hours": round(self.false_per_1000h(), 3),
                 "kinds": {r[0]: dict(zip(self.HEADERS[1:], r[1:])) for r in self.rows()}}
+
+
+# A fault's variant, as the fleet generators label it (the simulator's and the held-out family's words), and the
+# cause an incident's evidence names, each as one family: the page must name the cause the fault has.
+VARIANT_CAUSE = {
+    "straggler": {"thermal": "thermal", "node_thermal": "thermal", "power_cap": "power cap",
+                  "power_brake": "power brake", "node_power_brake": "power brake", "hw_slowdown": "hardware slowdown",
+                  "host_slow": "host", "nvlink": "host", "pcie_link": "host", "slow_cpu": "host", "node_cpu": "host",
+                  "node_network": "host"},
+    "io_starvation": {"disk": "disk", "network": "network", "cpu": "host cpu"},
+}
+NAMED_CAUSE = {"straggler": (("thermal", "thermal"), ("power cap", "power cap"), ("power brake", "power brake"),
+                             ("hardware slowdown", "hardware slowdown"), ("its host, link or input", "host")),
+               "io_starvation": (("disk", "disk"), ("network", "network"), ("host cpu", "host cpu"))}
+
+
+def variant_cause(fault: dict) -> str | None:
+    """The cause a labelled fault's variant has (None: the label names none this evaluation knows)."""
+    variants = VARIANT_CAUSE.get(fault["kind"], {})
+    return variants.get(fault.get("cause") or fault.get("source") or "")
+
+
+def named_cause(alert: dict) -> str | None:
+    """The cause family an alert's evidence names."""
+    text = (alert.get("evidence") or {}).get("cause") or ""
+    return next((family for words, family in NAMED_CAUSE.get(alert["kind"], ()) if words in text), None)
 
 
 def _matches(alert: dict, fault: dict) -> bool:
@@ -138,6 +179,10 @@ def score(labels: list[dict], alerts: list[dict], gpu_hours: float, idle_window_
             hour_leak = oom and f["end"] - f["start"] >= 3600
             report.leak_long += bool(long_leak)
             report.leak_hours += hour_leak
+            expected = variant_cause(f)
+            if expected is not None:
+                report.causes_checked += len(hits)
+                report.causes_agreed += sum(1 for a in hits if named_cause(a) == expected)
             if hits:
                 first = min(a["detected_at"] for a in hits)
                 report.detected_faults += 1

@@ -145,6 +145,7 @@ class Tuning:
     persist_on: int
     persist_off: int
     urgent_score: float | None = None
+    hold_down_s: float | None = None
 
 
 def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> list[bool]:
@@ -247,10 +248,11 @@ def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float,
                 continue
             tried.add(effective)
             # the windows' decisions do not depend on how many in a row open an incident: made once for all
-            decider = Tuning(thr, 1, km.persist_off, effective)
+            hold = km.hold_down_s if km.hold_down_s is not None else REGISTRY[kind].hold_down_s
+            decider = Tuning(thr, 1, km.persist_off, effective, hold)
             positive, urgency = positives(kind, rows, scores, decider), urgents(kind, rows, scores, decider)
             for persist in (1, 2, 3, 4):
-                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, effective),
+                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, effective, hold),
                                   positive=positive, urgent=urgency)
                 rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
                 false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0

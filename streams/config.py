@@ -1,7 +1,7 @@
 """Settings of the stream processors (the ``stream`` section of gpufleet's settings)."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # settings that the price table (billing.prices, streams/billing/prices.py) replaced
 MOVED = {"prices": "billing.prices, one entry per pool or GPU model",
@@ -28,8 +28,29 @@ class StreamConfig(BaseModel):
         120.0, gt=0, le=86400,
         description="live mode: a node silent this long (wall clock) while its partition is read to the end no "
                     "longer holds the job stage back")
+    silent_after_s: float = Field(
+        600.0, gt=0, le=7 * 86400,
+        description="a node that sends nothing for this long is silent: its alerts resolve as \"no telemetry since\" "
+                    "its last message (wall clock in the live mode; at the end of a replay, before the newest "
+                    "telemetry of the input)")
     model: str | None = Field(None,
                               description="path of a trained model (gpufleet model train); default: the packaged one")
+    hold_down_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="per alert kind, seconds a cleared condition must stay clear before its incident resolves (one "
+                    "that comes back within it is the same incident); a kind not named keeps its default "
+                    "(README, the detectors)")
+
+    @field_validator("hold_down_s")
+    @classmethod
+    def _known_kinds(cls, v: dict[str, float]) -> dict[str, float]:
+        from gpufleet.models.detectors import KINDS
+        for kind, seconds in v.items():
+            if kind not in KINDS:
+                raise ValueError(f"{kind!r} is not an alert kind the detectors raise ({', '.join(KINDS)})")
+            if not 0 <= seconds <= 86400:
+                raise ValueError(f"{kind}: {seconds:g} is not between 0 and 86400 seconds")
+        return v
 
     @model_validator(mode="before")
     @classmethod

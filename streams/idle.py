@@ -10,6 +10,7 @@ when the run ends. Samples arrive here in ts order (see eventtime.py).
 """
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -64,6 +65,15 @@ def _money(amount: str | Decimal) -> str:
 
 def _cost(run: Run) -> str:
     return _money(Decimal(run.price) * Decimal(str(round(run.duration, 3))) / Decimal(3600))
+
+
+# an idle run's end, as a resolve's evidence ``resolution`` names it for every kind (models/detectors/base.py)
+RESOLUTION = {"busy": "cleared", "rental ended": "rental_ended", "tenant changed": "rental_ended",
+              "telemetry gap": "no_telemetry", "no utilization": "no_telemetry", "no telemetry": "no_telemetry"}
+
+
+def _clock(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M")
 
 
 def _label(node: str, run: Run) -> str:
@@ -136,13 +146,21 @@ class IdleTracker:
                                int(open_)))
         if open_:
             return   # still idle when the input ended: the incident stays open
-        why = f"utilization back to {util:g}%" if reason == "busy" else reason
+        why = f"utilization back to {util:g}%" if reason == "busy" else \
+            f"no telemetry since {_clock(run.end)} UTC" if reason == "no telemetry" else reason
         out.event(alert(
             "idle", uuid, status="resolved", severity="warning", node=node, gpu_uuid=uuid, job=run.job,
             tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=run.detected, resolved_at=run.end,
             score=0.0, summary=f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
             evidence={"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
-                      "end_reason": reason, "cost": _cost(run), "price_per_gpu_hour": _money(run.price)}))
+                      "end_reason": reason, "resolution": RESOLUTION[reason], "cost": _cost(run),
+                      "price_per_gpu_hour": _money(run.price)}))
+
+    def silence(self, node: str, out: Output) -> None:
+        """The node stopped reporting: every idle run ends, its alert resolved at its last sample, "no telemetry"."""
+        for uuid, run in self.runs.items():
+            self._end(node, uuid, run, "no telemetry", None, out)
+        self.runs = {}
 
     def flush(self, node: str, out: Output) -> None:
         """End of input: record idle windows still open, without resolving their alerts."""

@@ -152,6 +152,11 @@ class JobProcessor:
             out.counts["job_duplicates"] += 1
             waiting.refs.append(ref)               # done when the one it repeats is (it may be the same input)
             return
+        if ts < self.frontier and sample.get("silent"):   # a node found silent later than the job moved on (live
+            self.detect.node_silent(node, ts, out)          # mode): its incidents end all the same
+            self.members.discard(node)
+            out.done.append(ref)
+            return
         if ts < self.frontier:
             out.counts["job_late"] += 1
             out.dead_letter("late", f"ts: job sample of node {node} for job {self.job} is {self.frontier - ts:.1f} s "
@@ -171,6 +176,8 @@ class JobProcessor:
         for p in ready:
             try:
                 if p.sample.get("leave"):
+                    if p.sample.get("silent"):           # the node stopped reporting: its incidents end now
+                        self.detect.node_silent(p.node, p.ts, out)
                     self.members.discard(p.node)
                     if not self.members:
                         self.close(out)              # gone from every node: the job's last minute is complete

@@ -1,7 +1,7 @@
 """Everything the stream keeps for one node, fed with that node's messages."""
 from __future__ import annotations
 
-from gpufleet.contracts.jobsample import job_samples
+from gpufleet.contracts.jobsample import job_samples, silent_leaves
 from gpufleet.contracts.output import Output, source_of
 from gpufleet.contracts.state import StateError, check_version
 from gpufleet.contracts.telemetry import Telemetry
@@ -15,11 +15,12 @@ from .metering import Metering
 from .rollups import MinuteRollups
 from .samples import sample_rows
 
+SILENT_LEAVE_S = 0.001     # a silent node leaves its jobs just after its last sample (its last job sample is at it)
 STATE_VERSION = 5       # 4: metering, and rented time in the GPU rollups; 5: detectors by kind
 
 
 class NodeProcessor:
-    __slots__ = ("name", "gate", "rollups", "idle", "meter", "jobs", "detect", "position")
+    __slots__ = ("name", "gate", "rollups", "idle", "meter", "jobs", "detect", "position", "last_ts", "silent")
 
     def __init__(self, name: str):
         self.name = name
@@ -30,6 +31,8 @@ class NodeProcessor:
         self.jobs: set[str] = set()          # jobs on this node in its latest sample
         self.detect = NodeDetectors()
         self.position: tuple[int, int] | None = None    # (partition, offset) of the newest input admitted
+        self.last_ts: float | None = None    # the newest message processed
+        self.silent = False                  # found silent (no telemetry for stream.silent_after_s) since then
 
     def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None,
              detection: Detection | None = None, position: tuple[int, int] | None = None,
@@ -75,6 +78,9 @@ class NodeProcessor:
     def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None,
                  tariff: Tariff) -> None:
         out.counts["gpu_samples"] += len(msg.gpus)
+        if self.last_ts is None or msg.ts > self.last_ts:
+            self.last_ts = msg.ts
+        self.silent = False
         if cfg.raw_samples:
             sample_rows(msg, out)
         self.rollups.add(msg, out, cfg.default_interval_s)
@@ -87,20 +93,42 @@ class NodeProcessor:
         self.jobs = job_samples(msg, out, self.jobs, flags)
 
     def flush(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
-              tariff: Tariff | None = None) -> None:
-        """End of input: process what is waiting and close every open window."""
+              tariff: Tariff | None = None, newest: float | None = None) -> None:
+        """End of input: process what is waiting and close every open window. ``newest``: the newest time of the
+        whole input; a node silent for ``stream.silent_after_s`` before it is :meth:`silence`d first."""
         tariff = tariff or default_tariff()
-        for m, refs in self.gate.drain():
-            self._guarded(m, refs, cfg, out, detection, tariff)
+        self.drain(cfg, out, detection, tariff)
+        if newest is not None and self.last_ts is not None and newest - self.last_ts > cfg.silent_after_s:
+            self.silence(out)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
         self.meter.flush(self.name, tariff, out)
+
+    def drain(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
+              tariff: Tariff | None = None) -> None:
+        """Process every message waiting for the watermark (the end of input, or a node found silent)."""
+        tariff = tariff or default_tariff()
+        for m, refs in self.gate.drain():
+            self._guarded(m, refs, cfg, out, detection, tariff)
+
+    def silence(self, out: Output) -> None:
+        """The node stopped reporting: its idle alerts and its detectors' incidents resolve, "no telemetry since"
+        its last message, and its jobs are told it left them (their incidents on it resolve alike). Its next
+        message makes it heard again."""
+        if self.silent or self.last_ts is None:
+            return
+        self.silent = True
+        out.counts["silent_nodes"] += 1
+        self.idle.silence(self.name, out)
+        self.detect.silence(self.last_ts, out)
+        silent_leaves(self.name, self.last_ts + SILENT_LEAVE_S, self.jobs, out)
+        self.jobs = set()
 
     def to_state(self) -> dict:
         """Everything but the messages still waiting for the watermark (see eventtime.py)."""
         return {"v": STATE_VERSION, "gate": self.gate.to_state(), "rollups": self.rollups.to_state(),
                 "idle": self.idle.to_state(), "meter": self.meter.to_state(), "jobs": sorted(self.jobs),
-                "detect": self.detect.to_state(),
+                "detect": self.detect.to_state(), "last_ts": self.last_ts, "silent": self.silent,
                 "position": None if self.position is None else {"partition": self.position[0],
                                                                 "offset": self.position[1]}}
 
@@ -120,4 +148,5 @@ class NodeProcessor:
         except KeyError as err:
             raise StateError(f"node {name}: saved state lacks {err}") from None
         p.position = None if position is None else (position["partition"], position["offset"])
+        p.last_ts, p.silent = state.get("last_ts"), bool(state.get("silent", False))   # absent: saved before
         return p

@@ -16,7 +16,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
 from gpufleet.contracts.telemetry import Telemetry, TelemetryError, check_clock, control_kind
 from gpufleet.models.artifact import Model
-from gpufleet.models.detectors import Detection, Recorder
+from gpufleet.models.detectors import Detection, Recorder, hold_downs
 
 from .billing.prices import BillingConfig, Tariff
 from .config import StreamConfig
@@ -35,7 +35,8 @@ class Pipeline:
                  billing: BillingConfig | None = None):
         self.cfg = cfg or StreamConfig()
         self.tariff = Tariff(billing)                # prices, and whether to meter (billing.enabled)
-        self.detection = Detection(model or Model.default(), recorder) if detect else None
+        model = (model or Model.default()).with_hold_downs(hold_downs(self.cfg.hold_down_s))
+        self.detection = Detection(model, recorder) if detect else None
         self.live = live
         self.route_jobs = route_jobs
         self.load_node = load_node or (lambda name: None)     # saved state, in the distributed mode
@@ -163,9 +164,13 @@ class Pipeline:
             self.forgotten.add(name)
 
     def flush(self) -> None:
-        """End of input: every open window is closed and emitted."""
+        """End of input: every open window is closed and emitted; a node silent for ``stream.silent_after_s``
+        before the newest telemetry of the input is silenced first (its alerts resolve, "no telemetry since")."""
         for node in self.nodes.values():
-            node.flush(self.cfg, self.out, self.detection, self.tariff)
+            node.drain(self.cfg, self.out, self.detection, self.tariff)
+        newest = max((n.last_ts for n in self.nodes.values() if n.last_ts is not None), default=None)
+        for node in self.nodes.values():
+            node.flush(self.cfg, self.out, self.detection, self.tariff, newest)
         if self.route_jobs:
             self.route(float("inf"))
             for job in self.jobs.values():

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import pack, unpack
-from gpufleet.contracts.telemetry import control_kind, unreadable
+from gpufleet.contracts.telemetry import control_kind, control_newest, unreadable
 
 from .clocks import INF, PartitionClock, SourceClock
 from .durable import Share, StateKey, job_partition
@@ -60,7 +60,7 @@ class NodeStage:
             clock = self.partition_clock(m.partition)
             touched[(CLOCKS, f"node:{m.partition}".encode())] = m.partition
             if control_kind(ev.value) == "end_of_stream":
-                self.end_of_stream(m.partition, clock, touched)
+                self.end_of_stream(m.partition, clock, touched, control_newest(ev.value))
                 out.counts["end_of_stream"] += 1
                 out.done.append(ev)
                 continue
@@ -76,6 +76,7 @@ class NodeStage:
                 if clock.check_idle(now, pipeline.cfg.node_idle_s, self.lag(partition) == 0):
                     touched[(CLOCKS, f"node:{partition}".encode())] = partition
                     out.counts["idle_checks_changed"] += 1
+                self.silence(partition, clock, now, touched)
         for partition, clock in self.clocks.items():
             mark = clock.watermark()
             if mark is not None and mark != clock.announced:
@@ -83,14 +84,29 @@ class NodeStage:
                 clock.announced = mark
         return touched
 
-    def end_of_stream(self, partition: int, clock: PartitionClock, touched: dict) -> None:
-        """The end of a recording: every node of the partition flushes its open windows, as replay does."""
+    def end_of_stream(self, partition: int, clock: PartitionClock, touched: dict, newest: float | None) -> None:
+        """The end of a recording: every node of the partition flushes its open windows, as replay does (a node
+        silent for ``stream.silent_after_s`` before the recording's ``newest`` is silenced first)."""
         pipeline = self.pipeline
         for name in clock.nodes():
             node = pipeline.node(name)
-            node.flush(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff)
+            node.flush(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff, newest)
             touched[(NODES, name.encode())] = partition
         clock.ended = True
+
+    def silence(self, partition: int, clock: PartitionClock, now: float, touched: dict) -> None:
+        """Live mode: a node of the partition heard nothing from for ``stream.silent_after_s`` of wall clock is
+        silenced (its alerts resolve, "no telemetry since" its last message): a dead node never holds one open."""
+        pipeline = self.pipeline
+        for name, heard in clock.heard.items():
+            if now - heard <= pipeline.cfg.silent_after_s:
+                continue
+            node = pipeline.node(name)
+            if node.silent or node.last_ts is None:
+                continue
+            node.drain(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff)
+            node.silence(pipeline.out)
+            touched[(NODES, name.encode())] = partition
 
     def save(self, key: StateKey) -> bytes | None:
         table, name = key

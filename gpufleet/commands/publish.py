@@ -51,7 +51,7 @@ def cmd_publish(args) -> int:
         print(f"gpufleet publish: {source.error}; the lines before it were published", file=sys.stderr)
         failed = True
     if args.end:
-        parts = produce_to_every_partition(settings.kafka.bootstrap, topic, end_of_stream(time.time()))
+        parts = produce_to_every_partition(settings.kafka.bootstrap, topic, end_of_stream(time.time(), check.newest))
         print(f"sent the end-of-stream marker to the {parts} partitions: the workers flush every open window, "
               f"as replay does; `gpufleet status --wait` tells when all is processed")
     return 1 if failed else 0
@@ -63,6 +63,7 @@ class LineCheck:
 
     def __init__(self) -> None:
         self.dead: list[dict] = []
+        self.newest: float | None = None           # the newest ts of the good lines (the end-of-stream tells it)
 
     def __call__(self, where: str, line: bytes) -> str | None:
         from gpufleet.contracts.events import dead_letter
@@ -71,7 +72,9 @@ class LineCheck:
         if control_kind(line) is not None:
             return ""                                # a marker the workers act on: sent as it is
         try:
-            return str(decode(line, share_names=False).node)
+            msg = decode(line, share_names=False)
+            self.newest = msg.ts if self.newest is None else max(self.newest, msg.ts)
+            return str(msg.node)
         except TelemetryError as err:
             code, reason = err.reason_code, err.reason
         except Exception as err:                     # the decoder's own failure: the line still is not sent

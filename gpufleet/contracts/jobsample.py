@@ -45,6 +45,12 @@ def job_samples(msg, out: Output, known: set[str], flags=None) -> set[str]:
     return set(by_job)
 
 
+def silent_leaves(node: str, ts: float, jobs: set[str], out: Output) -> None:
+    """Leave marks for the jobs of a node that stopped reporting (its last sample at ``ts``)."""
+    for job in sorted(jobs):
+        out.job_samples.append({"job": job, "node": node, "ts": ts, "leave": True, "silent": True})
+
+
 _NUMBER = (int, float)
 _GPU_NUMBERS = range(1, len(JOB_GPU_FIELDS))
 
@@ -64,6 +70,8 @@ def invalid_job_sample(item) -> str | None:
     if not _finite(item.get("ts")):
         return "ts: a finite number is due"
     if item.get("leave") is not None:
+        if item.get("silent") not in (None, True):
+            return "silent: true or nothing is due"
         return None if item["leave"] is True else "leave: true is due"
     for name in ("tenant", "pool"):
         if item.get(name) is not None and type(item[name]) is not str:

@@ -208,10 +208,22 @@ CONTROL_SCHEMA = "gpufleet.control.v1"
 _CONTROL_MARK = CONTROL_SCHEMA.encode()
 
 
-def end_of_stream(sent_at: float) -> bytes:
+def end_of_stream(sent_at: float, newest: float | None = None) -> bytes:
     """The marker `gpufleet publish --end` sends to every partition after a recording: the workers flush
-    every open window as `replay` does at the end of its input."""
-    return json.dumps({"schema": CONTROL_SCHEMA, "kind": "end_of_stream", "sent_at": sent_at}).encode()
+    every open window as `replay` does at the end of its input. ``newest``: the newest ``ts`` of the recording
+    (a node silent for ``stream.silent_after_s`` before it is silenced, as replay does)."""
+    return json.dumps({"schema": CONTROL_SCHEMA, "kind": "end_of_stream", "sent_at": sent_at,
+                       "newest": newest}).encode()
+
+
+def control_newest(payload: str | bytes) -> float | None:
+    """The ``newest`` of an end-of-stream marker (None: none given, or not a marker)."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    v = doc.get("newest") if isinstance(doc, dict) else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v == v else None
 
 
 def control_kind(payload: str | bytes | dict) -> str | None:

@@ -37,6 +37,8 @@ class Kind:
     edge_s: float                # training: seconds after a labelled fault's start left unlabelled (the windows
                                  # straddling its start are neither healthy nor faulty)
     persist_off: int             # windows without evidence in a row that resolve an incident (the model keeps it)
+    hold_down_s: float           # s a cleared condition must stay clear before its incident resolves: one that comes
+                                 # back within it is the same incident (setting stream.hold_down_s overrides it)
     colour: str                  # on the fleet page and the evaluation chart
     delay_goal_s: float | None   # evaluation: the median delay from a fault's start to its page must stay under this
     oom_goals: bool              # evaluation: its faults may end in an out-of-memory, so lead-time goals apply
@@ -50,12 +52,12 @@ class Kind:
 # kind -> its entry; a package's STAGE says where it runs: "node" (each node's messages, in ts order) or "job"
 # (each job's samples from every node, released in (ts, node) order); node detectors run in this order
 REGISTRY: dict[str, Kind] = {k.name: k for k in (
-    Kind(memory_leak, edge_s=900.0, persist_off=4, colour="#a463f2", delay_goal_s=None, oom_goals=True,
-         fault="memory_leak"),
-    Kind(io_starvation, edge_s=90.0, persist_off=6, colour="#efb118", delay_goal_s=120.0, oom_goals=False,
-         fault="io_starvation"),
-    Kind(straggler, edge_s=90.0, persist_off=6, colour="#4269d0", delay_goal_s=120.0, oom_goals=False,
-         fault="straggler"),
+    Kind(memory_leak, hold_down_s=0.0, edge_s=900.0, persist_off=4, colour="#a463f2", delay_goal_s=None,
+         oom_goals=True, fault="memory_leak"),
+    Kind(io_starvation, hold_down_s=0.0, edge_s=90.0, persist_off=6, colour="#efb118", delay_goal_s=120.0,
+         oom_goals=False, fault="io_starvation"),
+    Kind(straggler, hold_down_s=0.0, edge_s=90.0, persist_off=6, colour="#4269d0", delay_goal_s=120.0,
+         oom_goals=False, fault="straggler"),
 )}
 # what the stream decides itself, beside the detectors (streams/idle.py), with its colour
 STREAM_KINDS = {"idle": "#e4572e"}
@@ -114,6 +116,11 @@ def unregister(name: str) -> None:
     REGISTRY.pop(name, None)
 
 
+def hold_downs(overrides: dict[str, float] | None = None) -> dict[str, float]:
+    """Each kind's hold-down: the registry's, or the setting's where it names the kind."""
+    return {k: (overrides or {}).get(k, e.hold_down_s) for k, e in REGISTRY.items()}
+
+
 def colours() -> dict[str, str]:
     """Every kind's colour: the stream's own kinds, then the detectors'."""
     return {**STREAM_KINDS, **{k: e.colour for k, e in REGISTRY.items()}}
@@ -164,6 +171,11 @@ class NodeDetectors:
             d.add(msg, detection.model.kinds[kind], ctx)
         return ctx.flags
 
+    def silence(self, ts: float, out: Output) -> None:
+        """The node stopped reporting at ``ts``: every incident of its detectors resolves, "no telemetry since"."""
+        for d in self.detectors.values():
+            d.silence(ts, out)
+
     def to_state(self) -> dict:
         return {kind: d.to_state() for kind, d in self.detectors.items()}
 
@@ -193,6 +205,11 @@ class JobDetectors:
     def end(self, ts: float, out: Output) -> None:
         for d in self.detectors.values():
             d.end(ts, out)
+
+    def node_silent(self, node: str, ts: float, out: Output) -> None:
+        """One of the job's nodes stopped reporting at ``ts``: the incidents on it resolve, "no telemetry since"."""
+        for d in self.detectors.values():
+            d.node_silent(node, ts, out)
 
     def to_state(self) -> dict:
         return {kind: d.to_state() for kind, d in self.detectors.items()}

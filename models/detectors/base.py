@@ -4,8 +4,11 @@ A detector looks at bounded windows of samples and, every epoch of event time, t
 window into named features, scores them with its trees (models/artifact.py) and decides: positive or
 not. The :class:`Incidents` tracker turns decisions into incidents: ``persist_on`` positives in a row
 open one (a ``firing`` event), or one urgent positive (a detector's own rule: a leak about to run out of
-memory), ``persist_off`` negatives in a row close it (``resolved``). The stream and training use the same
-tracker, so what training tunes is what the stream does.
+memory). It resolves once ``persist_off`` negatives in a row have come *and* the condition has stayed clear
+for the kind's hold-down (``hold_down_s``): a condition that clears and returns on the same target within the
+hold-down is the same incident (same dedup key, no new page), the return counted in its ``flaps``. The
+resolve's ``resolved_at`` is when the condition last cleared. The stream and training use the same tracker,
+so what training tunes is what the stream does.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ class Decider(Protocol):
     persist_on: int
     persist_off: int
     urgent_score: float | None      # the score an urgent window needs to fire at once (None: none is)
+    hold_down_s: float | None       # how long a cleared condition must stay clear to resolve (None: 0)
 
     def score(self, x: list[float]) -> float: ...
 
@@ -90,6 +94,20 @@ class Incident:
     detected_at: float | None        # when it fired (None while pending)
     started_at: float
     info: dict                       # what the latest positive window showed
+    flaps: int = 0                   # times the condition cleared and came back within the hold-down
+    clear_since: float | None = None     # when the condition last cleared (None: it holds)
+    reason: str = ""                 # why it resolved (RESOLUTIONS), set when it does
+
+
+# Why an incident resolved, as a resolve's evidence ``resolution`` names it, and how its summary says it.
+RESOLUTIONS = {
+    "cleared": "the condition cleared",
+    "process_ended": "its process ended",
+    "out_of_memory": "its process ran out of memory",
+    "job_ended": "the job ended",
+    "rental_ended": "the rental ended",
+    "no_telemetry": "no telemetry since",
+}
 
 
 Describe = Callable[[str, dict, Incident, float | None], dict]   # status, info, incident, resolved_at
@@ -110,8 +128,11 @@ class Incidents:
         if positive:
             if st is None:
                 st = self.by_key[key] = Incident(0, 0, ts, None, ts, info)
+            if st.detected_at is not None and st.misses >= decider.persist_off:
+                st.flaps += 1            # it had cleared, and came back within the hold-down: the same incident
             st.hits += 1
             st.misses = 0
+            st.clear_since = None
             st.info = info
             if st.detected_at is None and (st.hits >= decider.persist_on or urgent):
                 st.detected_at = ts
@@ -119,18 +140,29 @@ class Incidents:
         elif st is not None:
             st.hits = 0
             st.misses += 1
+            if st.misses == 1:
+                st.clear_since = ts
             if st.detected_at is None:
                 del self.by_key[key]
-            elif st.misses >= decider.persist_off:
-                out.event(describe("resolved", st.info, st, ts))
+            elif st.misses >= decider.persist_off and ts - (st.clear_since or ts) >= (decider.hold_down_s or 0.0):
+                st.reason = "cleared"
+                out.event(describe("resolved", st.info, st, st.clear_since))
                 del self.by_key[key]
 
-    def close_all(self, ts: float, describe: Describe, out: Output) -> None:
-        """The target is gone (the job ended): resolve what is open, forget what is pending."""
-        for st in list(self.by_key.values()):
-            if st.detected_at is not None:
-                out.event(describe("resolved", st.info, st, ts))
-        self.by_key = {}
+    def close(self, key: str, ts: float, describe: Describe, out: Output, reason: str) -> None:
+        """The target's cause is gone (``reason``, one of RESOLUTIONS): resolve its incident if open, forget it if
+        pending."""
+        st = self.by_key.pop(key, None)
+        if st is not None and st.detected_at is not None:
+            st.reason = reason
+            out.event(describe("resolved", st.info, st, ts))
+
+    def close_all(self, ts: float, describe: Describe, out: Output, reason: str = "job_ended",
+                  keys: list[str] | None = None) -> None:
+        """The targets are gone (the job ended; their node stopped reporting, ``reason``): resolve what is open,
+        forget what is pending (all, or those of ``keys``)."""
+        for key in list(self.by_key) if keys is None else keys:
+            self.close(key, ts, describe, out, reason)
 
     def keys(self, prefix: str) -> list[str]:
         return [k for k in self.by_key if k.startswith(prefix)]
@@ -145,19 +177,41 @@ class Incidents:
     @classmethod
     def from_state(cls, state: dict) -> Incidents:
         i = cls()
-        i.by_key = {k: load_fields(Incident, st, "incident") for k, st in state.items()}
+        # flaps, clear_since and reason came with the hold-down: a state saved before it lacks them
+        i.by_key = {k: load_fields(Incident, {"flaps": 0, "clear_since": None, "reason": "", **st}, "incident")
+                    for k, st in state.items()}
         return i
 
 
 def event(kind: str, target: str, status: str, st: Incident, resolved_at: float | None, info: dict, summary: str,
           evidence: dict) -> dict:
-    """A ``gpufleet.alert.v1`` event for an incident."""
+    """A ``gpufleet.alert.v1`` event for an incident; a resolve's evidence says why (``resolution``) and how often
+    the condition cleared and came back within the hold-down (``flaps``)."""
     assert st.detected_at is not None
+    if status == "resolved":
+        evidence = {**evidence, "resolution": st.reason or "cleared", "flaps": st.flaps}
     return alert(kind, target, status=status, severity=info.get("severity", "warning"), node=info.get("node"),
                  gpu_uuid=info.get("gpu_uuid"), job=info.get("job"), tenant=info.get("tenant"),
                  pool=info.get("pool"), started_at=st.started_at, detected_at=st.detected_at,
                  resolved_at=resolved_at if status == "resolved" else None, score=info.get("score", 0.0),
                  summary=summary, evidence=evidence)
+
+
+def ended(who: str, st: Incident, resolved_at: float | None, lasted: str) -> str | None:
+    """The summary of a resolve that is not the condition clearing (None where it is): ``who``, why, and how long
+    ``lasted`` ("it lagged for 12 min")."""
+    reason = st.reason or "cleared"
+    if reason == "cleared":
+        return None
+    if reason == "no_telemetry":
+        return f"{who}: no telemetry since {clock(resolved_at)} UTC ({lasted})"
+    return f"{who}: {RESOLUTIONS[reason]} ({lasted})"
+
+
+def clock(ts: float | None) -> str:
+    """A time of day, UTC (``14:05``)."""
+    import datetime as dt
+    return "?" if ts is None else dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M")
 
 
 def minutes(st: Incident, until: float | None = None) -> float:
@@ -305,4 +359,5 @@ def known_mean(values: list[float]) -> float:
 
 __all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Incident", "Incidents", "event", "minutes", "median", "mean",
            "Window", "add_run", "runs_of", "forget_runs", "not_nan", "known_mean", "NAN", "save_fields", "load_fields",
-           "StateError", "throttle_text", "union", "window_s", "finite", "clip", "POWER_CAP_BIT"]
+           "StateError", "throttle_text", "union", "window_s", "finite", "clip", "POWER_CAP_BIT",
+           "RESOLUTIONS", "ended", "clock"]

@@ -99,8 +99,8 @@ def packaged():
 
 @pytest.fixture
 def hot_gpu(packaged):
-    register(Kind(toy_package(), edge_s=60.0, persist_off=2, colour="#123456", delay_goal_s=300.0, oom_goals=False,
-                  fault=None))
+    register(Kind(toy_package(), hold_down_s=0.0, edge_s=60.0, persist_off=2, colour="#123456", delay_goal_s=300.0,
+                  oom_goals=False, fault=None))
     yield "hot_gpu"
     unregister("hot_gpu")
 

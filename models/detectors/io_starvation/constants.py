@@ -35,6 +35,11 @@ CPU_BOUND_SPAN = 0.2         # ... fully so 20 points higher (95%; set by hand)
 LOW_UTIL = 30.0              # %, a GPU sample below it is "low" (the saw-tooth's trough; set by hand)
 
 # -- naming the path ------------------------------------------------------------------------------------------------
+CAUSE_CPU_FROM = 0.5         # share of the host's CPUs busy from which its input pipeline counts as a path ...
+CAUSE_CPU_SPAN = 0.45        # ... in full 45 points higher (95%): the window's mean, which a starvation's first
+                             # window halves (chosen on development fleets 711 and 712, QUALITY.md)
+IOWAIT_LOW = 0.05            # share of CPU time in iowait under which the disk is not waited on (its reads are kept up)
+READS_WEIGHT = 0.5           # disk reads without iowait count half: reads the disk keeps up with are no wait
 DISK_QUIET_GBPS = 0.3        # GB/s of disk reads under which network receive is read as the path in full ...
 NET_WITH_DISK_WEIGHT = 0.5   # ... and with disk reads above it, at half weight (a network file system caching to disk)
 ALSO_SEEN_MIN = 0.3          # a path's evidence (idle while it is busy) from which it is listed as also seen
@@ -44,3 +49,4 @@ BASELINE_IOWAIT = 0.10       # the rule an operator writes first: iowait above 1
 BASELINE_UTIL = 0.5          # ... while utilization is under half
 
 SECONDS_PER_MINUTE = 60.0
+GB_PER_GIB = 1e9 / 2 ** 30       # what a summary shows in GiB, from the decimal GB the features keep

@@ -36,6 +36,9 @@ FLAT_VARIANCE = 1e-12        # a variance under which a series is flat (no corre
 
 # -- the process -----------------------------------------------------------------------------------------------------
 WARMUP_MIN = 10.0            # minutes: a process's first minutes are its warm-up (a model loading), never judged
+OOM_SHARE = 0.9             # share of the GPU's memory its process held when it ended from which a leak's incident
+                             # resolves as "out of memory" (a process near the top of its GPU's memory that ends
+                             # has run out of it; set by hand)
 RESTART_QUIET_S = 300.0      # s after a restart the GPU is left out of the other detectors (a job reloading its
                              # checkpoint looks idle or slow meanwhile)
 
@@ -62,3 +65,4 @@ BYTES_PER_GB = 1e9
 WHOLE = 2.0 ** 53            # a double holds every whole number below this exactly
 STEP = 2 ** 31               # a step of a 32-bit integer
 INT16_LIMIT = 2 ** 15        # history lengths below it index their pairs in 16 bits
+GB_PER_GIB = 1e9 / 2 ** 30       # what a summary shows in GiB, from the decimal GB the features keep

@@ -17,6 +17,7 @@ from .constants import (
     HISTORY_MINUTES,
     KIND,
     LOAD_MINUTES,
+    OOM_SHARE,
     RESTART_QUIET_S,
     SECONDS_PER_MINUTE,
 )
@@ -39,8 +40,16 @@ class Detector:
         """One node message (in ts order); the GPUs whose process just restarted go into ``ctx.flags.quiet``.
         The GPUs whose minute closed with it are judged together (their windows scored in one batch)."""
         due: list[tuple] = []
+        gone: list[tuple[str, float, float]] = []       # GPUs whose process ended: (uuid, its last peak, total)
         for g in msg.gpus:
-            self._sample(msg, g, due)
+            self._sample(msg, g, due, gone)
+        for uuid, peak, total in gone:                  # a leak lives and dies with its process
+            key = f"{KIND}:{uuid}"
+            st = self.incidents.by_key.get(key)
+            if st is not None:
+                st.info = {**st.info, "used_gb": peak / BYTES_PER_GB, "total_gb": total / BYTES_PER_GB}
+                reason = "out_of_memory" if peak >= OOM_SHARE * total else "process_ended"
+                self.incidents.close(key, msg.ts, describe, ctx.out, reason)
         if due:
             items = [None if m is None else (m.minutes.doubles(), m.total, age, m.loads) for _, m, age, *_ in due]
             xs = features_many(items)
@@ -50,13 +59,15 @@ class Detector:
                            decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
 
-    def _sample(self, msg, g, due: list[tuple]) -> None:
+    def _sample(self, msg, g, due: list[tuple], gone: list[tuple[str, float, float]]) -> None:
         if g.mem_used_bytes is None or not g.mem_total_bytes:
             return
         ts, minute = msg.ts, int(msg.ts // SECONDS_PER_MINUTE)
         pid = g.processes[0].pid if g.processes else None
         m = self.tracks.get(g.uuid)
         if m is None or m.pid != pid:                 # a new process: its memory history starts again
+            if m is not None and m.pid is not None:
+                gone.append((g.uuid, max(m.peak, m.minutes.last() if len(m.minutes) else 0.0), m.total))
             restarted = ts if m is not None and restart(m, pid, ts) else None
             m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, Peaks(), array("d"), 0.0, 0, pid, ts,
                                                   g.mem_total_bytes, restarted)
@@ -107,6 +118,10 @@ class Detector:
             if positive and not now and held_back(key, info, self.incidents):
                 positive = False
             self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
+
+    def silence(self, ts: float, out: Output) -> None:
+        """The node stopped reporting at ``ts``: its incidents resolve, "no telemetry since"."""
+        self.incidents.close_all(ts, describe, out, "no_telemetry")
 
     def to_state(self) -> dict:
         return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}

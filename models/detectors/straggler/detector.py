@@ -10,6 +10,7 @@ from ..base import (
     Incidents,
     Recorder,
     StateError,
+    median,
     union,
     window_s,
 )
@@ -23,7 +24,8 @@ from .wording import describe, numbers
 class Detector:
     """The straggler detector of one job."""
 
-    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "intervals", "quiet", "history", "paused")
+    __slots__ = ("gpus", "where", "epoch", "incidents", "interval", "intervals", "quiet", "history", "paused",
+                 "limits")
 
     def __init__(self) -> None:
         self.gpus: dict[str, JobWindow] = {}
@@ -35,6 +37,7 @@ class Detector:
         # per epoch: the GPUs (one tuple shared by the epochs that saw the same GPUs) and their utilization
         self.history = Epochs()
         self.paused = False                             # its GPUs seen pausing together since the job began
+        self.limits: dict[str, float] = {}              # uuid -> its latest power limit, W (where reported)
         self.incidents = Incidents()
 
     def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
@@ -64,6 +67,8 @@ class Detector:
             power = g[POWER] / g[POWER_LIMIT] if g[POWER] is not None and g[POWER_LIMIT] else None
             w.append(ts, g[UTIL], clock, power, g[THROTTLE], g[TEMP])
             self.where[uuid] = (node, g[INDEX])
+            if g[POWER_LIMIT]:
+                self.limits[uuid] = g[POWER_LIMIT]
             w.drop_through(cutoff)
 
     def _pace(self) -> None:
@@ -111,14 +116,17 @@ class Detector:
                 bits = union(b for u in windows if self.where[u][0] == n for b in bits_of(windows[u][W_THROTTLE]))
                 entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
                                        "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
-                                       **numbers(node_stats, n, x, node_peers)}))
+                                       **numbers(node_stats, n, x, node_peers),
+                                       **self._limits([u for u in stats if self.where[u][0] == n],
+                                                      [u for u in stats if self.where[u][0] != n])}))
         peers = peer_medians(stats)
         for uuid, x in features(stats, expected, multi, peers).items():
             node, index = self.where[uuid]
             entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
                                       "level": "gpu", "peers": len(stats) - 1,
                                       "bits": union(bits_of(windows[uuid][W_THROTTLE])),
-                                      "held": held or uuid in self.quiet, **numbers(stats, uuid, x, peers)}))
+                                      "held": held or uuid in self.quiet, **numbers(stats, uuid, x, peers),
+                                      **self._limits([uuid], [u for u in stats if u != uuid])}))
         for _, _, info in entries:
             info.setdefault("held", held)
         scores = decider.score_many([x for _, x, _ in entries])
@@ -136,6 +144,13 @@ class Detector:
             if key not in seen:
                 self.incidents.observe(key, False, at, decider, {}, out, describe)
 
+    def _limits(self, mine: list[str], others: list[str]) -> dict:
+        """The power limit of a GPU (a node: its typical GPU's) and its peers' median, W (None where unknown)."""
+        def typical_limit(uuids: list[str]) -> float | None:
+            known = [self.limits[u] for u in uuids if u in self.limits]
+            return median(known) if known else None
+        return {"limit": typical_limit(mine), "peer_limit": typical_limit(others)}
+
     def _remember(self, utils: dict[str, float]) -> None:
         self.history.append(tuple(utils), utils.values())
 
@@ -149,12 +164,24 @@ class Detector:
         self.gpus, self.where, self.epoch, self.quiet, self.paused, self.intervals = {}, {}, None, {}, False, {}
         self.history.clear()
 
+    def node_silent(self, node: str, ts: float, out: Output) -> None:
+        """A node of the job stopped reporting at ``ts``: the incidents on it (the node, its GPUs) resolve, "no
+        telemetry since", and its GPUs leave the comparison."""
+        gone = [u for u, (n, _) in self.where.items() if n == node]
+        keys = [k for k in self.incidents.keys(f"{KIND}:") if k.split(":", 1)[1] in (node, *gone)]
+        self.incidents.close_all(ts, describe, out, "no_telemetry", keys=keys)
+        for u in gone:
+            self.gpus.pop(u, None)
+            self.where.pop(u, None)
+            self.limits.pop(u, None)
+        self.intervals.pop(node, None)
+
     def to_state(self) -> dict:
         return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
                 "where": {u: {"node": n, "index": i} for u, (n, i) in self.where.items()}, "epoch": self.epoch,
                 "incidents": self.incidents.to_state(), "interval": self.interval, "intervals": self.intervals,
                 "quiet": self.quiet,
-                "history": history_state(self.epochs()), "paused": self.paused}
+                "history": history_state(self.epochs()), "paused": self.paused, "limits": self.limits}
 
     @classmethod
     def from_state(cls, state: dict) -> Detector:
@@ -168,6 +195,7 @@ class Detector:
                 d._remember(epoch)
             d.paused = bool(state.get("paused", False))                  # absent: saved before it was kept
             d.intervals = {str(n): float(v) for n, v in state.get("intervals", {}).items()}   # absent: likewise
+            d.limits = {str(u): float(v) for u, v in state.get("limits", {}).items()}          # absent: likewise
         except (KeyError, AttributeError, TypeError):
             raise StateError("straggler detector: saved state lacks gpus, where, epoch, interval, quiet or "
                              "incidents") from None

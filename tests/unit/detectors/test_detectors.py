@@ -77,7 +77,46 @@ def test_incidents_fire_once_and_resolve_with_one_id():
                          (210, False), (240, False), (270, False), (300, False)):
         inc.observe("straggler:g", positive, ts, km, {}, out, describe)
     assert out.events == [{"status": "firing", "started": 60, "detected": 90, "resolved": None},
-                          {"status": "resolved", "started": 60, "detected": 90, "resolved": 270}]
+                          {"status": "resolved", "started": 60, "detected": 90, "resolved": 210}]   # when it cleared
+
+
+def test_a_condition_that_clears_and_returns_within_the_hold_down_is_one_incident_with_its_flaps_counted():
+    km = Model.untrained().kinds["straggler"]
+    km.persist_on, km.persist_off, km.hold_down_s = 1, 2, 300.0
+    inc, out = Incidents(), Output()
+
+    def describe(status, info, st, resolved_at):
+        return {"status": status, "started": st.started_at, "resolved": resolved_at, "flaps": st.flaps,
+                "reason": st.reason}
+
+    # fires at 0; clears at 60 (two negatives by 90, which would resolve without a hold-down); back at 240, within
+    # 300 s of 60: the same incident; clears at 270 and stays clear: resolves once 300 s have passed, at 570
+    for ts in range(0, 900, 30):
+        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, km, {}, out, describe)
+    assert out.events == [{"status": "firing", "started": 0, "resolved": None, "flaps": 0, "reason": ""},
+                          {"status": "resolved", "started": 0, "resolved": 270, "flaps": 1, "reason": "cleared"}]
+    km.hold_down_s = 0.0
+    inc, out = Incidents(), Output()
+    for ts in range(0, 900, 30):
+        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, km, {}, out, describe)
+    assert [e["status"] for e in out.events] == ["firing", "resolved", "firing", "resolved"]    # two pages
+
+
+def test_a_closed_incident_says_why_and_a_pending_one_is_forgotten():
+    km = Model.untrained().kinds["straggler"]
+    km.persist_on, km.persist_off = 2, 2
+    inc, out = Incidents(), Output()
+
+    def describe(status, info, st, resolved_at):
+        return {"status": status, "key": info["key"], "resolved": resolved_at, "reason": st.reason}
+
+    for key in ("straggler:a", "straggler:b"):
+        inc.observe(key, True, 0, km, {"key": key}, out, describe)
+    inc.observe("straggler:a", True, 30, km, {"key": "straggler:a"}, out, describe)
+    inc.close_all(45, describe, out, "no_telemetry")
+    assert out.events == [{"status": "firing", "key": "straggler:a", "resolved": None, "reason": ""},
+                          {"status": "resolved", "key": "straggler:a", "resolved": 45, "reason": "no_telemetry"}]
+    assert not inc.by_key
 
 
 def test_an_urgent_positive_opens_the_incident_at_once():
@@ -212,7 +251,7 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
     later = io_starvation.describe("firing", io, Incident(3, 0, at, at + 120, at, io), None)
     assert later["summary"].endswith("for 5 min")
     gone = io_starvation.describe("resolved", io, Incident(0, 2, at, at + 120, at, io), at + 600)
-    assert gone["summary"].endswith("(starved for 10 min)")
+    assert gone["summary"].endswith("(starved for 10 min)") and gone["evidence"]["resolution"] == "cleared"
 
     # a 3 GB/h leak, an hour of history: the 30-minute rate, over 30 minutes, however few minutes the incident is old
     far = memory_leak.features([20e9 + i * 0.05e9 for i in range(61)], 80e9, age_min=90)
@@ -224,11 +263,17 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
             "score": 0.99, "rate_gb_h": rate * 80, "used_gb": 23.0, "total_gb": 80.0, "to_oom_min": oom,
             "rate_over_min": over, "severity": "warning"}
     fired = memory_leak.describe("firing", leak, Incident(4, 0, at, at + 180, at, leak), None)["summary"]
-    assert "leaks memory: 3.00 GB/h over the last 30 min, 23.0 of 80 GB used" in fired and "for 3 min" not in fired
+    # in the units people read (GiB), while the evidence keeps the raw figures for machines
+    assert "leaks memory: 2.79 GiB/h over the last 30 min, 21.4 of 75 GiB used" in fired and "for 3 min" not in fired
     assert fired.endswith("out of memory in about 19.0 h")                   # 57 GB left at 3 GB/h
     full = dict(leak, used_gb=79.9, to_oom_min=0.2)                       # found as the memory runs out
     assert memory_leak.describe("firing", full, Incident(1, 0, at, at, at, full), None)["summary"].endswith(
-        "79.9 of 80 GB used, out of memory in under a minute")
+        "74.4 of 75 GiB used, out of memory in under a minute")
+    oom = memory_leak.describe("resolved", full, Incident(0, 1, at, at, at, full, reason="out_of_memory"), at + 600)
+    assert oom["summary"] == "GPU 2 on n1 (job svc, pid 7): its process ran out of memory with 74.4 of 75 GiB used " \
+        "(after 10 min)" and oom["evidence"]["resolution"] == "out_of_memory"
+    silent = io_starvation.describe("resolved", io, Incident(0, 1, at, at, at, io, reason="no_telemetry"), at + 600)
+    assert silent["summary"] == "Job train-1 on n1: no telemetry since 08:10 UTC (starved for 10 min)"
 
     node = {"level": "node", "node": "n2", "gpus": 8, "job": "train-2", "peers": 1, "index": 0, "bits": 0,
             "throttled": 0.0, "clock": 0.6, "peer_clock": 0.8, "util": 85.0, "peer_util": 84.0, "slowdown": 0.25,

@@ -34,7 +34,7 @@ def test_io_features_read_the_waiting_on_each_input_path():
 
 
 def test_beside_a_starved_job_a_job_of_the_node_that_fell_less_than_half_as_far_is_not_paged():
-    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
 
     def host(cpu=97.0):
         w = io_starvation.HostWindow()
@@ -79,7 +79,7 @@ def test_a_job_of_light_usual_work_is_judged_once_it_fell_a_third_of_it():
 
 
 def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_back():
-    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
     a, b, c = ("io_starvation:n1/infer-1", "io_starvation:n1/nb-2", "io_starvation:n2/nb-3")
     rows = [(key, ts, [], {"node": key.split(":")[1].split("/")[0], "job": key.split("/")[1]})
             for ts, key in ((30, a), (60, a), (60, b), (60, c), (90, b), (120, a), (120, b))]
@@ -101,7 +101,8 @@ def test_a_job_held_back_beside_a_starved_one_is_starved_for_the_other_detectors
     # two training jobs of one node on one disk: a starves first and is paged, b falls as far two minutes later
     # and is held back; both are starved for the straggler detector, saved and restored alike
     from types import SimpleNamespace as NS
-    decider = type("D", (), {"threshold": 0.3, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+    decider = type("D", (), {"threshold": 0.3, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "score_many": staticmethod(
         lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
     d, out = io_starvation.Detector(), Output()
     starved_at = {}
@@ -130,7 +131,8 @@ def test_io_starvation_reads_a_fall_from_recent_work_not_a_long_idle():
     # same node a notebook that holds its GPU at 2%, but for a burst of 3 minutes: the host's reads are the same
     # for both
     from types import SimpleNamespace as NS
-    decider = type("D", (), {"threshold": 0.3, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+    decider = type("D", (), {"threshold": 0.3, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "score_many": staticmethod(
         lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
     d, out = io_starvation.Detector(), Output()
     ctx = NS(out=out, tenant_of={}, recorder=None, flags=NS(quiet=set(), starved=set()))
@@ -160,7 +162,8 @@ def test_a_gpu_handed_to_a_new_job_judges_it_by_its_own_samples_only():
     # a service at 80% hands its GPU to a notebook that sits at 1% while the host's CPUs are saturated by another
     # job: the service's last samples in the window are not the notebook's work, so it has not fallen from any
     from types import SimpleNamespace as NS
-    decider = type("D", (), {"threshold": 0.05, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+    decider = type("D", (), {"threshold": 0.05, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "score_many": staticmethod(
         lambda xs: [x[io_starvation.FEATURES.index("drop_while_fetching")] for x in xs])})()
     d, out, judged = io_starvation.Detector(), Output(), []
 

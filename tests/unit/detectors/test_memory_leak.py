@@ -43,7 +43,8 @@ def test_leak_features_read_only_the_newest_load_minutes_which_is_all_a_gpu_keep
         fewer = loads[len(loads) - min(n, memory_leak.LOAD_MINUTES) + 1:]     # fewer than the features read
         assert memory_leak.features(history, total, 90, fewer) == memory_leak.features(history, total, 90), n
     from types import SimpleNamespace as NS
-    decider = type("D", (), {"threshold": 2.0, "persist_on": 1, "persist_off": 1, "urgent_score": 2.0,
+    decider = type("D", (), {"threshold": 2.0, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "urgent_score": 2.0,
                              "score_many": staticmethod(lambda xs: [0.0] * len(xs))})()
     detector = memory_leak.Detector()
     ctx = NS(out=Output(), recorder=None, flags=NS(quiet=set(), starved=set()))
@@ -103,7 +104,8 @@ def _leak_node(memory, job=lambda i: f"svc-{i}", minutes=70, gpus=4, urgent_scor
     def score_many(xs):
         return [0.99 if trees and x[span] >= 0.5 else 0.0 for x in xs]
 
-    decider = type("D", (), {"threshold": 0.9, "persist_on": 1, "persist_off": 1, "urgent_score": urgent_score,
+    decider = type("D", (), {"threshold": 0.9, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "urgent_score": urgent_score,
                              "score_many": staticmethod(score_many)})()
     rows: list[tuple] = []
     detector = memory_leak.Detector()
@@ -206,7 +208,8 @@ def test_a_job_relaunched_after_its_process_died_is_a_restart_and_a_first_proces
     that died, and one started soon after the death (a relaunch reloading its checkpoint, GPUs idle). A first
     process on a GPU, or one started long after the last died, is not a restart."""
     from types import SimpleNamespace as NS
-    decider = type("D", (), {"threshold": 2.0, "persist_on": 1, "persist_off": 1, "urgent_score": 2.0,
+    decider = type("D", (), {"threshold": 2.0, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "urgent_score": 2.0,
                              "score_many": staticmethod(lambda xs: [0.0] * len(xs))})()
     quiet_s = memory_leak.RESTART_QUIET_S
 

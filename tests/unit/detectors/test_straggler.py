@@ -49,7 +49,7 @@ def test_two_gpu_job_uses_the_other_gpu_as_reference():
 
 
 def test_a_starved_node_holds_its_job_back_from_being_judged():
-    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
     x = straggler.features({"a": stats(97), "b": stats(40, clock=0.6)}, 12, False)["b"]
     entry = ("b", x, {"level": "gpu", "node": "n1", "held": False}, 0.9)
     assert straggler.decide([entry], decider) == [True]
@@ -58,7 +58,7 @@ def test_a_starved_node_holds_its_job_back_from_being_judged():
 
 def test_a_gpu_level_with_its_peers_is_no_straggler_whatever_it_scores():
     # throttled like the rest of its job, or a hair behind: nobody waits for it, however the trees score it
-    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1})()
+    decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
     level = straggler.features({"a": stats(97), "b": stats(97), "c": stats(96)}, 12, False)["c"]
     behind = straggler.features({"a": stats(97), "b": stats(97), "c": stats(88)}, 12, False)["c"]
     assert fx(level, "slowdown") < straggler.MIN_SLOWDOWN <= fx(behind, "slowdown")
@@ -165,7 +165,8 @@ def test_the_lockstep_history_is_saved_compactly_and_restored_the_same():
 def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200) -> list[dict]:
     """The straggler alerts of a 4-GPU job sampled every 5 s: 10 minutes at 95% (a GPU at 0% in the epochs
     ``gaps`` names for it), then GPU 3 at 68% with an SM clock of ``slow_clock`` (1800 like its peers: normal)."""
-    decider = type("D", (), {"threshold": 0.2, "persist_on": 1, "persist_off": 1, "score_many": staticmethod(
+    decider = type("D", (), {"threshold": 0.2, "persist_on": 1, "persist_off": 1,
+                             "hold_down_s": None, "score_many": staticmethod(
         lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
     d, out = straggler.Detector(), Output()
     for k in range(20 * 6 + 30):
@@ -263,7 +264,8 @@ def test_a_job_whose_nodes_sample_at_different_intervals_is_judged_at_the_pace_o
     # node "a" every 5 s, node "b" every 60 s, one job: GPU a3 slows down (lower clock) from minute 12 on. Its
     # epochs and windows follow node b; every evaluation falls within the run (an epoch counted now in 30 s and
     # now in 60 s put evaluations decades back, which found no samples and forgot the pending incident)
-    decider = type("D", (), {"threshold": 0.2, "persist_on": 4, "persist_off": 6, "score_many": staticmethod(
+    decider = type("D", (), {"threshold": 0.2, "persist_on": 4, "persist_off": 6,
+                             "hold_down_s": None, "score_many": staticmethod(
         lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
     evaluated: list[float] = []
     runs = []

@@ -64,7 +64,7 @@ class Rig:
     """A router with its senders on an in-process endpoint, over a delivery log in ``directory``."""
 
     def __init__(self, directory, raw_routes: dict, endpoint: Endpoint | None = None, silences=None,
-                 node_incidents=None, keep_pending=False, start=True, policy=None, clock=None, wall=None):
+                 firing=None, keep_pending=False, start=True, policy=None, clock=None, wall=None):
         self.routes = Routes.parse(raw_routes)
         self.outbox = Outbox(str(directory), fsync=False)
         self.endpoint = endpoint or Endpoint()
@@ -80,7 +80,7 @@ class Rig:
             kw["wall"] = wall
         self.router = Router(self.routes, self.outbox, self.senders, self.results,
                              silences=lambda: self.silence_list,
-                             node_incidents=(lambda: node_incidents) if node_incidents is not None else set,
+                             firing=(lambda: firing) if firing is not None else dict,
                              keep_pending=keep_pending, **kw)
         self.acked: list = []
         if start:

@@ -43,12 +43,14 @@ def run_router(args, settings, writable_store) -> int:
     routes = load_routes(args.prog, settings.notify.routes)
     if args.check:
         print(f"{settings.notify.routes}: {len(routes.receivers)} receivers, "
-              f"inhibition {'on' if routes.node_over_gpu else 'off'}")
+              f"{len(routes.inhibit_rules)} inhibition rules")
         for name, r in routes.receivers.items():
             rate, burst = r.rate
             print(f"  receiver {name}: {r.kind}, " + (f"{rate:g}/s, bursts of {burst}" if rate else "no rate limit"))
         for line in routes.describe():
             print("  " + line)
+        for rule in routes.inhibit_rules:
+            print(f"  inhibit {rule}")
         return 0
     topic = worker.topic_names(settings)["alerts"]
     try:
@@ -153,6 +155,42 @@ def _user() -> str:
 
 
 
+def routes_test(args) -> int:
+    """``gpufleet notify routes test LABEL=VALUE...``: the receivers an alert with these labels reaches."""
+    from gpufleet.streams.notify.matchers import LABELS
+    settings = load_settings(args.config, **({"notify": {"routes": args.routes}} if args.routes else {}))
+    routes = load_routes(args.prog, settings.notify.routes, build=False)
+    values = dict.fromkeys(LABELS, "")
+    for text in args.labels:
+        name, eq, value = text.partition("=")
+        if not eq or name not in LABELS:
+            raise _usage(f"{args.prog}: argument LABEL=VALUE: {text!r} is not one of {', '.join(LABELS)} "
+                         f"followed by =VALUE")
+        values[name] = value
+    alert = {**values, "gpu_uuid": values["gpu"], "dedup_key": "(tested)"}
+    matches = routes.match(alert)
+    print(",".join(m.receiver for m in matches))
+    if args.verbose:
+        for m in matches:
+            group = ", ".join(f"{k}={v}" for k, v in m.group.items()) or "(one group)"
+            print(f"  {m.route.path} -> {m.receiver} [{routes.receivers[m.receiver].config.type}]; group {group}; "
+                  f"wait {m.route.group_wait:g}s, interval {m.route.group_interval:g}s, "
+                  f"repeat {m.route.repeat_interval:g}s")
+        for rule in routes.inhibit_rules:
+            side = [name for name, hit in (("source", rule.is_source(values)), ("target", rule.is_target(values)))
+                    if hit]
+            if side:
+                print(f"  inhibit {rule}: this alert is its {' and '.join(side)}")
+    if args.verify_receivers is not None:
+        want = [r for r in args.verify_receivers.split(",") if r]
+        got = [m.receiver for m in matches]
+        if sorted(want) != sorted(got):
+            print(f"{args.prog}: expected receivers {','.join(want) or '(none)'}, got {','.join(got) or '(none)'}",
+                  file=sys.stderr)
+            return 1
+    return 0
+
+
 def cmd_notify(args) -> int:
     notify = {k: v for k, v in (("routes", args.routes), ("group_id", args.group_id),
                                 ("metrics_port", args.metrics_port), ("outbox_dir", args.outbox)) if v is not None}
@@ -160,6 +198,11 @@ def cmd_notify(args) -> int:
     settings = load_settings(args.config, **({"notify": notify} if notify else {}),
                              **({"store": store} if store else {}), **kafka_overrides(args))
     return run_router(args, settings, writable_store)
+
+
+def cmd_routes_test(args) -> int:
+    args.routes = args.routes_file or args.routes
+    return routes_test(args)
 
 
 def cmd_silence(args) -> int:
@@ -184,6 +227,22 @@ def add_notify(sub) -> None:
     s.add_argument("--outbox", metavar="DIR", help="delivery log directory (setting notify.outbox_dir)")
     store_options(s)
     s.set_defaults(fn=cmd_notify)
+    nsub = s.add_subparsers(dest="notify_command", metavar="ACTION", parser_class=Parser)
+    r = nsub.add_parser("routes", help="test the routing file: routes test LABEL=VALUE...",
+                        description="Questions to the routing file.")
+    rsub = r.add_subparsers(dest="routes_command", metavar="ACTION", parser_class=Parser)
+    rsub.required = True
+    t = rsub.add_parser("test", help="print the receivers an alert with these labels reaches",
+                        description="Print the receivers (comma-separated, in the order told) that an alert with "
+                                    "these labels reaches, as amtool config routes test does. Labels not given are "
+                                    "empty. E.g. gpufleet notify routes test --routes routes.toml kind=memory_leak "
+                                    "severity=critical tenant=acme. No secret is read.")
+    t.add_argument("labels", nargs="*", metavar="LABEL=VALUE", help="kind, severity, tenant, pool, node, job, gpu")
+    t.add_argument("--routes", dest="routes_file", metavar="FILE", help="routing file, TOML (setting notify.routes)")
+    t.add_argument("--verbose", "-v", action="store_true", help="also the route, group and timers of each match, "
+                                                                "and the inhibition rules the alert is a side of")
+    t.add_argument("--verify-receivers", metavar="A,B", help="exit 1 unless exactly these receivers are reached")
+    t.set_defaults(fn=cmd_routes_test)
 
 
 def add_silence(sub) -> None:

@@ -1,6 +1,6 @@
 """Between the router and the store, on a thread of its own so that a store outage never holds up a
 delivery: the delivery log copied to ``alert_deliveries`` (rows wait in the outbox while the store is
-down), the silences and the node-level incidents read back every ``refresh_s`` (the last read stay
+down), the silences and the firing incidents inhibition rules may use read back every ``refresh_s`` (the last read stay
 in force meanwhile), and, for alerts another router may have handled, the deliveries it recorded.
 """
 from __future__ import annotations
@@ -9,11 +9,13 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from gpufleet.contracts.output import Table
 from gpufleet.sql import StoreError
 
 from . import silences as silence_store
+from .matchers import LABELS
 from .outbox import FINAL, Outbox
 
 log = logging.getLogger("gpufleet.notify")
@@ -22,10 +24,10 @@ DELIVERIES = Table("alert_deliveries", (
     "id", "alert_status", "receiver", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant",
     "pool", "group_key", "attempts", "reason", "last_error", "sent_at", "updated_at"), dedup=False)
 
-NODE_INCIDENTS = """
-    SELECT kind, node FROM alerts
-    WHERE gpu_uuid = '' AND node != '' AND detected_at > now() - INTERVAL 7 DAY
-    GROUP BY id, kind, node
+FIRING = """
+    SELECT id, any(kind), any(severity), any(tenant), any(pool), any(node), any(job), any(gpu_uuid) FROM alerts
+    WHERE detected_at > now() - INTERVAL 7 DAY
+    GROUP BY id
     HAVING countIf(status = 'resolved') = 0"""
 
 
@@ -42,12 +44,14 @@ def delivery_row(r: dict) -> tuple:
 
 
 class Ledger(threading.Thread):
-    def __init__(self, store, outbox: Outbox, metrics=None, export_s: float = 2.0, refresh_s: float = 10.0):
+    def __init__(self, store, outbox: Outbox, metrics=None, export_s: float = 2.0, refresh_s: float = 10.0,
+                 is_source: Callable[[dict[str, str]], bool] = lambda values: False):
         super().__init__(name="notify-ledger", daemon=True)
         self.store, self.outbox, self.metrics = store, outbox, metrics
         self.export_s, self.refresh_s = export_s, refresh_s
         self.silences: list[silence_store.Silence] = []
-        self.node_incidents: set[tuple[str, str]] = set()
+        self.is_source = is_source
+        self.firing: dict[str, dict[str, str]] = {}      # incidents firing that an inhibition rule may use
         self.stopping = threading.Event()
         self.lock = threading.Lock()          # one store call at a time
         self.exported = 0
@@ -89,15 +93,20 @@ class Ledger(threading.Thread):
         return n
 
     def refresh(self) -> bool:
-        """Read the silences and the node-level incidents from the store; False (old ones kept) if it is down."""
+        """Read the silences and the firing incidents inhibition may use from the store (so that it works across
+        partitions and routers); False (old ones kept) if it is down."""
         try:
             with self.lock:
                 found = silence_store.load(self.store)
-                nodes = {(k, n) for k, n in self.store.query(NODE_INCIDENTS)}
+                firing = {}
+                for aid, *values in self.store.query(FIRING):
+                    named = dict(zip(LABELS, values, strict=True))
+                    if self.is_source(named):
+                        firing[aid] = named
         except StoreError as err:
             self._failed("silences not read (the last read stay in force)", err)
             return False
-        self.silences, self.node_incidents = found, nodes
+        self.silences, self.firing = found, firing
         self._refreshed = time.monotonic()
         self._recovered()
         return True

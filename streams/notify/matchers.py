@@ -78,3 +78,40 @@ def parse_duration(value: str | int | float) -> float:
     if seconds < 0:
         raise ValueError(f"{value!r} is negative")
     return seconds
+
+
+@dataclass(frozen=True)
+class InhibitRule:
+    """Alertmanager's inhibition: while an alert matching every ``source`` matcher fires, the alerts matching every
+    ``target`` matcher that share its values of the ``equal`` labels (both empty counts as equal) are not told. An
+    alert matching both sides is never muted by another that matches both (nor by itself)."""
+
+    source: tuple[Matcher, ...]
+    target: tuple[Matcher, ...]
+    equal: tuple[str, ...]
+    name: str = ""
+
+    def is_source(self, values: dict[str, str]) -> bool:
+        return all(m.matches(values) for m in self.source)
+
+    def is_target(self, values: dict[str, str]) -> bool:
+        return all(m.matches(values) for m in self.target)
+
+    def key(self, values: dict[str, str]) -> tuple[str, ...]:
+        return tuple(values.get(name, "") for name in self.equal)
+
+    def mutes(self, source: dict[str, str], target: dict[str, str]) -> bool:
+        """Whether firing ``source`` mutes ``target`` under this rule."""
+        if not (self.is_target(target) and self.is_source(source) and self.key(source) == self.key(target)):
+            return False
+        return not (self.is_source(target) and self.is_target(source))
+
+    def __str__(self) -> str:
+        return ((f"{self.name}: " if self.name else "") +
+                f"{{{', '.join(map(str, self.source))}}} mutes {{{', '.join(map(str, self.target))}}}" +
+                (f" with equal {', '.join(self.equal)}" if self.equal else ""))
+
+
+# the built-in rule (``[inhibit] node_over_gpu``): a node-level incident mutes the GPU-level ones of its kind there
+NODE_OVER_GPU = InhibitRule((Matcher("node", "!=", ""), Matcher("gpu", "=", "")), (Matcher("gpu", "!=", ""),),
+                            ("kind", "node"), name="node_over_gpu")

@@ -59,17 +59,13 @@ def is_alert(event: object) -> bool:
     return alert_problem(event) is None
 
 
-def node_level(alert: dict) -> bool:
-    return not alert.get("gpu_uuid") and bool(alert.get("node"))
-
-
 class Router:
     def __init__(self, routes: Routes, outbox: Outbox, senders: dict[str, Sender], results: queue.Queue,
                  metrics=None, *, silences: Callable[[], list] = list,
-                 node_incidents: Callable[[], set[tuple[str, str]]] = set, keep_pending: bool = False,
+                 firing: Callable[[], dict[str, dict[str, str]]] = dict, keep_pending: bool = False,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.routes, self.outbox, self.senders, self.results = routes, outbox, senders, results
-        self.metrics, self.silences, self.store_node_incidents = metrics, silences, node_incidents
+        self.metrics, self.silences, self.store_firing = metrics, silences, firing
         self.keep_pending, self.clock, self.wall = keep_pending, clock, wall
         self.pending: dict[tuple[str, str, str], Delivery] = {}
         self.waiting: dict[Hashable, int] = {}           # input reference -> deliveries it still waits for
@@ -77,9 +73,9 @@ class Router:
         self.rejected: list[tuple] = []                  # (reference, reason code, reason, alert): to dead-letter
         self.groups: dict[str, Group] = {}
         self.open: dict[str, tuple[dict, int]] = {}      # firing incidents not resolved: id -> (alert, partition)
-        self.node_sources: dict[tuple[str, str], set[str]] = {}   # (kind, node) -> node-level incidents firing
         self.recheck = True
         self._muting: tuple[tuple, frozenset] = ((), frozenset())
+        self._sources: list[dict[tuple, list[tuple[str, dict]]]] | None = None   # per rule: equal values -> sources
         self.counts: dict[str, int] = {}
 
     def take_rejected(self) -> list[tuple]:
@@ -199,17 +195,12 @@ class Router:
 
     def _opened(self, alert: dict, partition: int) -> None:
         self.open[alert["id"]] = (alert, partition)
-        if node_level(alert):
-            self.node_sources.setdefault((alert["kind"], alert["node"]), set()).add(alert["id"])
+        self._sources = None
 
     def _closed(self, aid: str) -> None:
-        was = self.open.pop(aid, None)
-        if was is not None and node_level(was[0]):
-            ids = self.node_sources.get((was[0]["kind"], was[0]["node"]), set())
-            ids.discard(aid)
-            if not ids:
-                self.node_sources.pop((was[0]["kind"], was[0]["node"]), None)
-            self.recheck = True                      # GPU-level alerts it muted may be told now
+        if self.open.pop(aid, None) is not None:
+            self._sources = None
+            self.recheck = True                      # alerts it muted may be told now
 
     def _group(self, m: Match) -> Group:
         group = self.groups.get(m.group_key)
@@ -225,8 +216,10 @@ class Router:
         """Take the senders' results, flush the groups due (all with ``flush_all``), remind, tell muted
         alerts whose reason has gone; returns the input references now acknowledged."""
         self._results()
-        muting = (tuple(sorted(s.id for s in self.silences())), frozenset(self.store_node_incidents()))
+        muting = (tuple(sorted(s.id for s in self.silences())), frozenset(self.store_firing()))
         if muting != self._muting:
+            if muting[1] != self._muting[1]:
+                self._sources = None
             self._muting, self.recheck = muting, True
         if self.recheck:
             self.recheck = False
@@ -331,12 +324,32 @@ class Router:
         return None
 
     def _inhibitor(self, alert: dict) -> str | None:
-        if not self.routes.node_over_gpu or not alert.get("gpu_uuid") or not alert.get("node"):
+        """Why an inhibition rule mutes ``alert`` (the firing incident and the rule), or None."""
+        rules = self.routes.inhibit_rules
+        if not rules:
             return None
-        where = (alert["kind"], alert["node"])
-        if self.node_sources.get(where) or where in self._muting[1]:
-            return f"node-level {alert['kind']} incident on {alert['node']}"
+        values = labels(alert)
+        if self._sources is None:
+            self._sources = self._index(rules)
+        for rule, sources in zip(rules, self._sources, strict=True):
+            if not rule.is_target(values):
+                continue
+            for sid, source in sources.get(rule.key(values), ()):
+                if sid != alert.get("id") and rule.mutes(source, values):
+                    where = source["node"] + (f" GPU {source['gpu']}" if source["gpu"] else "")
+                    return f"{source['kind']} incident {sid} on {where} ({rule.name or rule})"
         return None
+
+    def _index(self, rules) -> list[dict[tuple, list[tuple[str, dict]]]]:
+        """The firing incidents (this router's and, from the store, every router's) that may mute others, per
+        rule by their values of its ``equal`` labels."""
+        firing = {**self.store_firing(), **{aid: labels(alert) for aid, (alert, _) in self.open.items()}}
+        index: list[dict[tuple, list[tuple[str, dict]]]] = [{} for _ in rules]
+        for aid, values in sorted(firing.items()):
+            for rule, by_key in zip(rules, index, strict=True):
+                if rule.is_source(values):
+                    by_key.setdefault(rule.key(values), []).append((aid, values))
+        return index
 
     def _recheck_muted(self) -> None:
         """Firing alerts muted earlier and still firing: told now if neither a silence nor a node-level

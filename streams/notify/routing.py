@@ -12,6 +12,9 @@ receivers that remind (Slack, Alertmanager). ``group_by = ["..."]`` makes every 
 A route matches with ``match`` (label = value) and ``match_re`` (label = regular expression matching
 the whole value) on the labels kind, severity, tenant, pool, node, job and gpu. A receiver reached by
 two routes of one alert is told once, by the first.
+
+``[[inhibit_rules]]`` (``source_matchers``, ``target_matchers``, ``equal``) are Alertmanager's; the built-in
+``[inhibit] node_over_gpu`` is one more rule (see :data:`matchers.NODE_OVER_GPU`).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet.contracts.files import FileError, read_toml
 
-from .matchers import LABELS, Matcher, labels, parse_duration
+from .matchers import LABELS, NODE_OVER_GPU, InhibitRule, Matcher, labels, parse_duration
 from .receivers import RECEIVERS, Receiver, RoutesError
 
 DEFAULTS = {"group_wait": 30.0, "group_interval": 300.0, "repeat_interval": 4 * 3600.0}
@@ -79,12 +82,41 @@ class InhibitSpec(BaseModel):
                                                   "same kind on that node")
 
 
+class InhibitRuleSpec(BaseModel):
+    """One ``[[inhibit_rules]]`` table, as Alertmanager writes it."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source_matchers: list[str] = Field(min_length=1)
+    target_matchers: list[str] = Field(min_length=1)
+    equal: list[str] = []
+
+    @field_validator("source_matchers", "target_matchers")
+    @classmethod
+    def _matchers(cls, v: list[str]) -> list[str]:
+        for text in v:
+            Matcher.parse(text)                  # raises naming the problem
+        return v
+
+    @field_validator("equal")
+    @classmethod
+    def _equal(cls, v: list[str]) -> list[str]:
+        unknown = [n for n in v if n not in LABELS]
+        if unknown:
+            raise ValueError(f"unknown label {unknown[0]!r} (one of {', '.join(LABELS)})")
+        return v
+
+    def rule(self, name: str) -> InhibitRule:
+        return InhibitRule(tuple(map(Matcher.parse, self.source_matchers)),
+                           tuple(map(Matcher.parse, self.target_matchers)), tuple(self.equal), name)
+
+
 class RoutingFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     route: RouteSpec
     receivers: dict[str, dict[str, Any]]
     inhibit: InhibitSpec = InhibitSpec()
+    inhibit_rules: list[InhibitRuleSpec] = []
     operator_url: str | None = Field(None, description="link to the operator view, with {node}, {gpu}, {job}, ... "
                                                        "filled from the alert")
 
@@ -137,8 +169,9 @@ class Match:
 
 class Routes:
     def __init__(self, root: Route, receivers: dict[str, Receiver], node_over_gpu: bool = True,
-                 operator_url: str | None = None):
-        self.root, self.receivers, self.node_over_gpu = root, receivers, node_over_gpu
+                 operator_url: str | None = None, inhibit_rules: tuple[InhibitRule, ...] = ()):
+        self.root, self.receivers = root, receivers
+        self.inhibit_rules = ((NODE_OVER_GPU,) if node_over_gpu else ()) + tuple(inhibit_rules)
         self.operator_url_template = operator_url
         for route in root.walk():
             if route.receiver not in receivers:
@@ -187,7 +220,8 @@ class Routes:
             raise RoutesError("route.match: the root route takes every alert and cannot match")
         root = _resolve(spec.route, "route", None)
         try:
-            return cls(root, receivers, spec.inhibit.node_over_gpu, spec.operator_url)
+            return cls(root, receivers, spec.inhibit.node_over_gpu, spec.operator_url,
+                       tuple(r.rule(f"inhibit_rules[{i}]") for i, r in enumerate(spec.inhibit_rules)))
         except ValueError as err:
             raise RoutesError(str(err)) from None
 

@@ -68,10 +68,12 @@ def build(settings, routes: Routes, store, keep_pending: bool) -> Parts:
     results: queue.Queue = queue.Queue()
     policy = RetryPolicy(n.retry_for_s, n.backoff_s, n.backoff_max_s, n.timeout_s)
     senders = {name: Sender(r, outbox, policy, results, metrics) for name, r in routes.receivers.items()}
-    ledger = Ledger(store, outbox, metrics, n.ledger_interval_s, n.silence_refresh_s) if store is not None else None
+    ledger = (Ledger(store, outbox, metrics, n.ledger_interval_s, n.silence_refresh_s,
+                     is_source=lambda values: any(r.is_source(values) for r in routes.inhibit_rules))
+              if store is not None else None)
     router = Router(routes, outbox, senders, results, metrics,
                     silences=(lambda: ledger.silences) if ledger else list,
-                    node_incidents=(lambda: ledger.node_incidents) if ledger else set,
+                    firing=(lambda: ledger.firing) if ledger else dict,
                     keep_pending=keep_pending)
     metrics.watch(router.queue_age, router.queue_depth, list(senders))
     parts = Parts(outbox, senders, ledger, router, metrics)

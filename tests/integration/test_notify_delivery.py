@@ -374,6 +374,32 @@ def test_silences_from_the_command_line_apply_and_expire(tmp_path, receiver, ser
     assert "expired" in cli("silence", "list", "--all", *db).stdout
 
 
+def test_an_inhibition_rule_sees_incidents_only_the_store_holds(tmp_path, receiver, server_store, clickhouse_url):
+    from gpufleet.streams.sink import ALERTS, alert_row
+    rule = ('[[inhibit_rules]]\nsource_matchers = ["severity=critical"]\ntarget_matchers = ["severity=warning"]\n'
+            'equal = ["node"]\n')
+    path = routes_toml(tmp_path / "routes.toml", receiver, extra=rule)
+    critical = incident("memory_leak", "GPU-7", gpu="GPU-7", node="n1", severity="critical")
+    server_store.write(ALERTS.name, ALERTS.columns, [alert_row(critical[0])], dedup=ALERTS.dedup)  # another router's
+    settings = settings_for(tmp_path, server_store.database, clickhouse_url)
+    notifier = service.LocalNotifier(settings, Routes.load(path), Store.connect(clickhouse_url, server_store.database))
+    notifier.start()
+    same_node = incident("idle", "GPU-1", node="n1")
+    other_node = incident("idle", "GPU-2", gpu="GPU-2", node="n2")
+    notifier.offer([same_node[0], other_node[0]])
+    wait_until(lambda: len(receiver.received("/hook")) == 1, 10, "the alert on the other node")
+    time.sleep(1)
+    assert keys(receiver, "/hook") == [f"{other_node[0]['id']}:firing"]
+    server_store.write(ALERTS.name, ALERTS.columns, [alert_row(critical[1])], dedup=ALERTS.dedup)   # it resolves
+    wait_until(lambda: f"{same_node[0]['id']}:firing" in keys(receiver, "/hook"), 10, "the muted alert, told now")
+    notifier.offer([same_node[1], other_node[1]])
+    notifier.finish()
+    history = server_store.query("SELECT status, reason FROM alert_deliveries WHERE id = %(id)s AND "
+                                 "alert_status = 'firing' ORDER BY updated_at", {"id": same_node[0]["id"]})
+    assert history[0][0] == "inhibited" and critical[0]["id"] in history[0][1], history
+    assert history[-1] == ("sent", "")
+
+
 # -- faults ---------------------------------------------------------------------------------------------------
 @pytest.fixture
 def alerts_topic(kafka_bootstrap):

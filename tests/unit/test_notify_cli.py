@@ -108,3 +108,31 @@ def test_the_demo_recreates_its_database_and_keeps_the_silences(tmp_path):
     gpufleet("demo", "--nodes", "2", "--gpus-per-node", "2", "--hours", "0.25", "--faults", "0")
     listed = gpufleet("silence", "list")
     assert sid in listed and "maintenance" in listed and "tenant=acme" in listed
+
+
+def test_routes_test_prints_the_receivers_a_label_set_reaches(routes, capsys, monkeypatch):
+    monkeypatch.delenv("T_PD_KEY")                      # no secret is read
+    assert main(["notify", "routes", "test", "--routes", str(routes), "kind=memory_leak", "severity=critical"]) == 0
+    assert capsys.readouterr().out == "pd\n"
+    assert main(["notify", "routes", "test", "--routes", str(routes), "kind=idle", "-v"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "hook" and out[1].startswith("  route -> hook [webhook]")
+    assert main(["notify", "routes", "test", "--routes", str(routes), "severity=critical",
+                 "--verify-receivers", "hook"]) == 1
+    assert "expected receivers hook, got pd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("labels, names", [(["colour=red"], "'colour=red'"), (["kind"], "'kind'")])
+def test_routes_test_refuses_what_is_not_a_label(routes, labels, names, capsys):
+    assert main(["notify", "routes", "test", "--routes", str(routes), *labels]) == 2
+    one_line_error(capsys, names, "kind, severity")
+
+
+def test_check_lists_the_inhibition_rules(tmp_path, routes, capsys):
+    path = tmp_path / "inhibit.toml"
+    path.write_text(routes.read_text() + '[[inhibit_rules]]\nsource_matchers = ["severity=critical"]\n'
+                    'target_matchers = ["severity=warning"]\nequal = ["node", "tenant"]\n')
+    assert main(["notify", "--routes", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "2 inhibition rules" in out
+    assert "inhibit inhibit_rules[0]: {severity=critical} mutes {severity=warning} with equal node, tenant" in out

@@ -158,10 +158,41 @@ def test_a_node_level_incident_inhibits_gpu_level_ones_of_its_kind_on_its_node(r
 
 
 def test_inhibition_from_node_level_incidents_another_router_saw(rigs):
-    rig = rigs(node_incidents={("straggler", "node-3")})
+    rig = rigs(firing={"n3": {"kind": "straggler", "severity": "warning", "tenant": "", "pool": "", "node": "node-3",
+                              "job": "", "gpu": ""}})
     rig.offer(make("straggler", "GPU-31", node="node-3", gpu="GPU-31"))
     rig.settle()
     assert rig.endpoint.calls == [] and rig.outbox.counts() == {"inhibited": 1}
+
+
+CRITICAL_OVER_WARNING = {**ONE, "inhibit_rules": [
+    {"source_matchers": ["severity=critical"], "target_matchers": ["severity=warning"], "equal": ["node"]}]}
+
+
+def test_a_general_inhibition_rule_mutes_targets_sharing_its_equal_labels(rigs):
+    rig = rigs(CRITICAL_OVER_WARNING)
+    crit = make("memory_leak", "GPU-1", severity="critical", node="n1", gpu="GPU-1")
+    warn_same_node = make("idle", "GPU-2", node="n1", gpu="GPU-2")
+    warn_other_node = make("idle", "GPU-9", node="n9", gpu="GPU-9")
+    rig.offer(crit, warn_same_node, warn_other_node)
+    rig.settle()
+    assert sorted(delivered(rig.endpoint)) == sorted([(crit["id"], "firing"), (warn_other_node["id"], "firing")])
+    state = rig.outbox.states([warn_same_node["id"]])
+    assert state[(warn_same_node["id"], "firing", "hook")] == "inhibited"
+    rig.offer(make("memory_leak", "GPU-1", status="resolved", severity="critical", node="n1", gpu="GPU-1"))
+    rig.settle()
+    rig.router.tick(flush_all=True)
+    rig.settle()
+    assert delivered(rig.endpoint)[-2:] == [(crit["id"], "resolved"), (warn_same_node["id"], "firing")]
+
+
+def test_a_general_rule_uses_incidents_another_router_saw(rigs):
+    other = {"x1": {"kind": "memory_leak", "severity": "critical", "tenant": "", "pool": "", "node": "n1",
+                    "job": "", "gpu": "GPU-7"}}
+    rig = rigs(CRITICAL_OVER_WARNING, firing=other)
+    rig.offer(make("idle", "GPU-2", node="n1", gpu="GPU-2"), make("idle", "GPU-3", node="n3", gpu="GPU-3"))
+    rig.settle()
+    assert rig.outbox.counts() == {"inhibited": 1, "sent": 1}
 
 
 def test_a_firing_is_never_told_after_its_own_resolve(rigs):

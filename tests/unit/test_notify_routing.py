@@ -113,6 +113,18 @@ def test_operator_link_is_filled_and_quoted():
     ({"route": {"receiver": "a", "match": {"kind": "idle"}}}, "route.match"),
     ({"route": {}}, "route.receiver"),
     ({"route": {"receiver": "a"}, "operator_url": "https://x/{colour}"}, "operator_url"),
+    ({"route": {"receiver": "a"}, "inhibit_rules": [{"source_matchers": ["colour=red"],
+                                                    "target_matchers": ["kind=idle"]}]},
+     "inhibit_rules[0].source_matchers"),
+    ({"route": {"receiver": "a"}, "inhibit_rules": [{"source_matchers": ["kind=idle"], "target_matchers": []}]},
+     "inhibit_rules[0].target_matchers"),
+    ({"route": {"receiver": "a"}, "inhibit_rules": [{"source_matchers": ["kind=idle"], "target_matchers": ["kind~x"]}]},
+     "inhibit_rules[0].target_matchers"),
+    ({"route": {"receiver": "a"}, "inhibit_rules": [{"source_matchers": ["kind=idle"], "target_matchers": ["node=~a"],
+                                                    "equal": ["rack"]}]}, "inhibit_rules[0].equal"),
+    ({"route": {"receiver": "a"}, "inhibit_rules": [{"source_matchers": ["kind=idle"], "target_matchers": ["node=~a"],
+                                                    "source_match": {"kind": "idle"}}]},
+     "inhibit_rules[0].source_match"),
 ])
 def test_bad_routes_name_the_setting(raw, names):
     raw = {"receivers": {"a": HOOK}, **raw}
@@ -176,3 +188,28 @@ def test_check_without_secrets_reads_none(monkeypatch):
     assert r.receivers["a"].secrets == {}
     with pytest.raises(RoutesError, match="T_SIGNING_KEY"):
         Routes.parse({"route": {"receiver": "a"}, "receivers": {"a": HOOK}})
+
+
+def test_inhibition_rules_as_alertmanager_reads_them():
+    r = Routes.parse({"receivers": {"a": HOOK}, "route": {"receiver": "a"}, "inhibit_rules": [
+        {"source_matchers": ["severity=critical"], "target_matchers": ["severity=warning"], "equal": ["node"]}]})
+    node_over_gpu, rule = r.inhibit_rules
+    assert node_over_gpu.name == "node_over_gpu" and rule.name == "inhibit_rules[0]"
+    crit = labels(make(severity="critical", node="n1", gpu="GPU-1"))
+    warn = labels(make(severity="warning", node="n1", gpu="GPU-2"))
+    assert rule.mutes(crit, warn)
+    assert not rule.mutes(crit, {**warn, "node": "n2"})                  # equal: the node must be the same
+    assert not rule.mutes(warn, crit)
+    # both sides empty count as equal, as in Alertmanager
+    assert rule.mutes({**crit, "node": ""}, {**warn, "node": ""})
+    off = Routes.parse({"receivers": {"a": HOOK}, "route": {"receiver": "a"}, "inhibit": {"node_over_gpu": False}})
+    assert off.inhibit_rules == ()
+
+
+def test_an_alert_matching_both_sides_never_mutes_its_like():
+    r = Routes.parse({"receivers": {"a": HOOK}, "route": {"receiver": "a"}, "inhibit": {"node_over_gpu": False},
+                      "inhibit_rules": [{"source_matchers": ["kind=~.+"], "target_matchers": ["kind=~.+"],
+                                         "equal": ["node"]}]})
+    (rule,) = r.inhibit_rules
+    one, two = labels(make(gpu="GPU-1")), labels(make(gpu="GPU-2"))
+    assert not rule.mutes(one, two) and not rule.mutes(two, one)

@@ -379,7 +379,8 @@ def test_an_inhibition_rule_sees_incidents_only_the_store_holds(tmp_path, receiv
     rule = ('[[inhibit_rules]]\nsource_matchers = ["severity=critical"]\ntarget_matchers = ["severity=warning"]\n'
             'equal = ["node"]\n')
     path = routes_toml(tmp_path / "routes.toml", receiver, extra=rule)
-    critical = incident("memory_leak", "GPU-7", gpu="GPU-7", node="n1", severity="critical")
+    critical = incident("memory_leak", "GPU-7", gpu="GPU-7", node="n1", severity="critical",
+                        started=time.time() - 900)          # the store keeps a week of firing incidents in view
     server_store.write(ALERTS.name, ALERTS.columns, [alert_row(critical[0])], dedup=ALERTS.dedup)  # another router's
     settings = settings_for(tmp_path, server_store.database, clickhouse_url)
     notifier = service.LocalNotifier(settings, Routes.load(path), Store.connect(clickhouse_url, server_store.database))

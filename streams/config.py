@@ -31,8 +31,8 @@ class StreamConfig(BaseModel):
     silent_after_s: float = Field(
         600.0, gt=0, le=7 * 86400,
         description="a node that sends nothing for this long is silent: its alerts resolve as \"no telemetry since\" "
-                    "its last message (wall clock in the live mode; at the end of a replay, before the newest "
-                    "telemetry of the input)")
+                    "its last message (wall clock in the live mode; stream time, the newest telemetry of the "
+                    "input, in replay and the demo)")
     model: str | None = Field(None,
                               description="path of a trained model (gpufleet model train); default: the packaged one")
     hold_down_s: dict[str, float] = Field(

@@ -25,6 +25,8 @@ from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
 from .jobs import JobProcessor
 from .node import NodeProcessor
 
+SILENCE_CHECK_S = 60.0      # s of stream time between looks for silent nodes (embedded mode)
+
 
 class Pipeline:
     def __init__(self, cfg: StreamConfig | None = None, *, live: bool = False,
@@ -48,6 +50,8 @@ class Pipeline:
         self.waiting: set[str] = set()           # jobs with items waiting for the watermark
         self.forgotten: set[str] = set()         # jobs that ended since their state was last saved
         self.fleet = LowWatermark()              # the embedded mode's job watermark: the lowest node watermark
+        self.newest: float | None = None         # the embedded mode's stream time: the newest telemetry seen
+        self._silence_checked = float("-inf")
         self.out = Output()
 
     def submit(self, payload: str | bytes | dict, source: str, ref=None,
@@ -107,6 +111,11 @@ class Pipeline:
             watermark = node.gate.watermark(self.cfg.lateness_s)
             if watermark is not None:
                 self.fleet.advance(msg.node, watermark)
+            if self.newest is None or msg.ts > self.newest:
+                self.newest = msg.ts
+                if msg.ts - self._silence_checked >= SILENCE_CHECK_S:
+                    self._silence_checked = msg.ts
+                    self.silence_stale(msg.ts)
             self.route()
         if status == DUPLICATE:
             self.out.counts["duplicates"] += 1
@@ -162,6 +171,17 @@ class Pipeline:
         del self.jobs[name]
         if self.keeps_state:
             self.forgotten.add(name)
+
+    def silence_stale(self, newest: float) -> None:
+        """The embedded mode, by stream time: a node whose telemetry stopped ``stream.silent_after_s`` before the
+        newest of the input is silenced (its alerts resolve, "no telemetry since"; it leaves its jobs) and no longer
+        holds the jobs back, until it reports again. (The distributed mode does this by wall clock.)"""
+        for name, node in self.nodes.items():
+            if node.silent or node.last_ts is None or newest - node.last_ts <= self.cfg.silent_after_s:
+                continue
+            node.drain(self.cfg, self.out, self.detection, self.tariff)
+            node.silence(self.out)
+            self.fleet.remove(name)
 
     def flush(self) -> None:
         """End of input: every open window is closed and emitted; a node silent for ``stream.silent_after_s``

@@ -27,7 +27,8 @@ def report_command(args, settings: Settings, store) -> int:
 
     window = Window(args.start, args.end, args.tenant or None)
     out = os.path.abspath(args.out)
-    data = FleetData(store, settings.billing.currency, settings.serve.alert_days)
+    data = FleetData(store, settings.billing.currency, settings.serve.alert_days,
+                      silent_after_s=settings.stream.silent_after_s)
     document = pages.report(data, window, settings.serve.forecast_ahead_hours)
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=os.path.dirname(out))
     try:
@@ -70,7 +71,8 @@ def top_command(args, settings: Settings, store) -> int:
     from gpufleet.view.data import FleetData
 
     def read():
-        return top.snapshot(FleetData(store, settings.billing.currency, settings.serve.alert_days))
+        return top.snapshot(FleetData(store, settings.billing.currency, settings.serve.alert_days,
+                      silent_after_s=settings.stream.silent_after_s))
     if args.once:
         width = os.get_terminal_size().columns if sys.stdout.isatty() else 160
         for text, _ in top.render(read(), width, 10_000, args.interval):

@@ -120,8 +120,10 @@ class FleetData:
     store's records do not (setting billing.currency); incidents still firing are looked for ``alert_days`` back.
     """
 
-    def __init__(self, store, currency: str = "USD", alert_days: float = 7.0, lock: threading.Lock | None = None):
+    def __init__(self, store, currency: str = "USD", alert_days: float = 7.0, lock: threading.Lock | None = None,
+                 silent_after_s: float = 600.0):
         self.store, self.currency, self.alert_days = store, currency, alert_days
+        self.silent_after_s = silent_after_s
         self.lock = lock or threading.Lock()
         self._memo: dict[tuple, object] = {}
 
@@ -186,10 +188,27 @@ class FleetData:
         for g in ordered:
             del g["_last"]
         out = {"start": start, "end": end, "bucket_s": bucket, "columns": n, "gpus": ordered,
-               "idle_now": [r for r in idle["runs"] if r["ongoing"]], "currency": idle["currency"]}
+               "idle_now": [r for r in idle["runs"] if r["ongoing"]], "currency": idle["currency"],
+               "silent": self.silent(w) if ordered else []}
         if not ordered:
             out["empty"] = self._no_telemetry(w)
         return out
+
+    def silent(self, w: Window) -> list[dict]:
+        """Nodes that reported in the window but not for ``silent_after_s`` before its end (or before the latest
+        telemetry, where that is earlier: a replayed fleet is not silent for having ended): their alerts resolved
+        as silent, their GPUs unwatched."""
+        latest = self.latest()
+        if latest is None:
+            return []
+        ref = min(w.end, latest)
+        rows = self._rows(
+            "SELECT node, any(pool), uniqExact(gpu_uuid), toUnixTimestamp(max(minute)) FROM gpu_rollup_1m "
+            "WHERE minute >= toDateTime(%(start)s) AND minute < toDateTime(%(end)s) GROUP BY node "
+            "HAVING max(minute) < toDateTime(%(before)s) ORDER BY node",
+            {"start": int(w.start), "end": int(math.ceil(ref)), "before": int(ref - self.silent_after_s - 60)})
+        return [{"node": node, "pool": pool, "gpus": int(gpus), "last_seen": float(last) + 60,
+                 "silent_s": round(ref - float(last) - 60, 1)} for node, pool, gpus, last in rows]
 
     def _no_telemetry(self, w: Window) -> str:
         latest = self.latest()

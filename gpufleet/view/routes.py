@@ -28,7 +28,8 @@ def html_error(status: int, message: str) -> Response:
     return Response(status, body.encode(), HTML)
 
 
-def mount(router: Router, store, serve, currency: str, registry: CollectorRegistry | None = None) -> None:
+def mount(router: Router, store, serve, currency: str, registry: CollectorRegistry | None = None,
+          silent_after_s: float = 600.0) -> None:
     """Add the view's routes to ``router``, reading ``store``; ``serve`` is the serve settings section,
     ``currency`` the billing currency; the request counts and page times go to ``registry`` (``/metrics``)."""
     lock = threading.Lock()
@@ -39,7 +40,7 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
                         ["path"], registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 
     def reader() -> FleetData:          # one per request: its reads are shared by the sections of one answer
-        return FleetData(store, currency, serve.alert_days, lock)
+        return FleetData(store, currency, serve.alert_days, lock, silent_after_s)
 
     def window(data: FleetData, request: Request, hours_default: float) -> Window:
         q = request.query
@@ -123,7 +124,8 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
             ("/", fleet, "the fleet page (HTML)", True),
             ("/incident", incident, "an incident and the telemetry around it (HTML), ?id=", True),
             ("/v1/incident", incident_json, "an incident and the telemetry around it, ?id=", False),
-            ("/v1/fleet/heatmap", heatmap, "utilization by GPU and time bucket, idle windows, GPUs idle now", False),
+            ("/v1/fleet/heatmap", heatmap, "utilization by GPU and time bucket, idle windows, GPUs idle now, silent "
+             "nodes", False),
             ("/v1/fleet/alerts", alerts, "incidents firing, and resolved in the window", False),
             ("/v1/fleet/idle", idle, "idle runs in the window with their cost", False),
             ("/v1/fleet/usage", usage, "utilization and idle cost by pool and tenant", False),

@@ -88,8 +88,15 @@ def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str |
         ["node", "GPU", "pool", "tenant", "job", "idle since", "for", "price / GPU-hour", "cost so far", ""],
         idle_rows, numeric=(1, 6, 7, 8)) if idle_rows else
             f'<p class="note">No rented GPU is idle at {esc(iso(w.end))}.</p>')
+    silent = h["silent"]
+    quiet = (f'<h3>Silent nodes ({len(silent)})</h3><p class="note">No telemetry for {_duration(data.silent_after_s)} '
+             "or more: their alerts are resolved as silent and nothing watches their GPUs until they report "
+             "again.</p>" + table(["node", "pool", "GPUs", "last telemetry", "silent for"],
+                                  [(r["node"], r["pool"], r["gpus"], _when(r["last_seen"]), _duration(r["silent_s"]))
+                                   for r in silent], numeric=(2, 4))) if silent else ""
     return Section("heatmap", title or "Utilization by node and GPU",
-                   note + '<div class="scroll">' + charts.heatmap(h) + "</div>" + idle, f"v1/fleet/heatmap?{_query(w)}")
+                   note + '<div class="scroll">' + charts.heatmap(h) + "</div>" + quiet + idle,
+                   f"v1/fleet/heatmap?{_query(w)}")
 
 
 # -- alerts ------------------------------------------------------------------------------

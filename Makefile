@@ -6,7 +6,7 @@ PY       := $(VENV)/bin/python
 SERVICES ?= .services
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint venv services-start services-stop bench eval eval-forecast clean help
+.PHONY: demo test lint venv services-start services-stop bench eval eval-intervals eval-forecast clean help
 
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
@@ -14,6 +14,7 @@ help:
 	@echo "make lint            ruff, the import layers (import-linter) and mypy, zero findings expected"
 	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
 	@echo "make eval            the detectors' evaluation of QUALITY.md: simulated fleet 9001 and the held-out family"
+	@echo "make eval-intervals  the same, each sampling interval (1, 5, 10, 30, 60 s) scored on its own"
 	@echo "make eval-forecast   the forecast evaluation of QUALITY.md (TRACES=DIR adds the trace CSVs found there)"
 	@echo "make services-start  start the local Kafka broker and ClickHouse server (env in $(SERVICES)/env)"
 	@echo "make services-stop   stop them"
@@ -77,6 +78,19 @@ eval: $(VENV)/.installed-test
 	  -o $(EVAL_DIR)/heldout.telemetry.jsonl.gz --labels $(EVAL_DIR)/heldout.labels.jsonl
 	$(VENV)/bin/gpufleet model eval --seeds 9001 --held-out $(EVAL_DIR) --chart $(EVAL_DIR)/eval.png \
 	  --report $(EVAL_DIR)/eval.json
+
+# each sampling interval on its own (the goals must hold at every interval, not only mixed): one simulated and
+# one held-out fleet (16 nodes x 12 h each) sampled every 1, 5, 10, 30 and 60 s, generated once into EVAL_EVERY_DIR
+EVAL_EVERY_DIR ?= .eval-intervals
+INTERVALS ?= 1 5 10 30 60
+eval-intervals: $(VENV)/.installed-test
+	@mkdir -p $(EVAL_EVERY_DIR); for s in $(INTERVALS); do \
+	  test -f $(EVAL_EVERY_DIR)/heldout.every-$${s}s.labels.jsonl || $(PY) -m bench.evalfleet --seed 1 --fleets 1 \
+	    --intervals $$s -o $(EVAL_EVERY_DIR)/heldout.every-$${s}s.telemetry.jsonl.gz \
+	    --labels $(EVAL_EVERY_DIR)/heldout.every-$${s}s.labels.jsonl || exit 1; done
+	$(VENV)/bin/gpufleet model eval --seeds 9001 --nodes 16 --hours 12 --faults 12 \
+	  --intervals $$(echo $(INTERVALS) | tr ' ' ',') --held-out $(EVAL_EVERY_DIR) --no-baselines \
+	  --report $(EVAL_EVERY_DIR)/eval.json
 
 eval-forecast: $(VENV)/.installed-test
 	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES)) $(if $(DEV),--dev)

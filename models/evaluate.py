@@ -231,7 +231,25 @@ def chart(labels: list[dict], alerts: list[dict], path: str, title: str = "Fault
 # The goals of a held-out evaluation (QUALITY.md); each kind's delay goal, and whether lead-time goals apply to
 # it, are in its registry entry (models/detectors).
 GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.9, "false_per_1000h": 1.0, "leak_early_share": 0.9,
-         "leak_within_hour_share": 0.9, "margin_over_baselines": 0.1}
+         "leak_within_hour_share": 0.9, "margin_over_baselines": 0.1, "incidents_per_fault": 1.1,
+         "cause_agreement": 0.95}
+
+
+def interval_goals(by_interval: dict[float, dict]) -> list[tuple[str, bool, str]]:
+    """The goals that hold at each sampling interval on its own (the same family's fleets sampled every ``s``
+    seconds, ``{s: reports}``): false alerts within the goal, and every kind's F1 no lower than at 10 s."""
+    out = []
+    ref = by_interval.get(10.0)
+    for s, reports in sorted(by_interval.items()):
+        det = reports["detectors"]
+        out.append((f"every {s:g} s: false alerts <= {GOALS['false_per_1000h']:g} per 1,000 GPU-hours",
+                    det.false_per_1000h() <= GOALS["false_per_1000h"], f"{det.false_per_1000h():.2f}"))
+        if ref is None or s == 10.0:
+            continue
+        for k in KINDS:
+            a, b = det.kinds[k].f1, ref["detectors"].kinds[k].f1
+            out.append((f"every {s:g} s: {k} F1 no lower than at 10 s", a >= b, f"{a:.3f} vs {b:.3f}"))
+    return out
 
 
 def goals(reports: dict) -> list[tuple[str, bool, str]]:
@@ -247,6 +265,15 @@ def goals(reports: dict) -> list[tuple[str, bool, str]]:
         out.append((f"{k}: F1 >= {GOALS['f1']}", det.kinds[k].f1 >= GOALS["f1"], f"{det.kinds[k].f1:.3f}"))
     out.append((f"false alerts <= {GOALS['false_per_1000h']:g} per 1,000 GPU-hours",
                 det.false_per_1000h() <= GOALS["false_per_1000h"], f"{det.false_per_1000h():.2f}"))
+    for k in KINDS:
+        per = det.kinds[k].incidents_per_fault
+        if per is not None:
+            out.append((f"{k}: incidents per fault found <= {GOALS['incidents_per_fault']:g}",
+                        per <= GOALS["incidents_per_fault"], f"{per:.2f}"))
+        agreed = det.kinds[k].cause_agreement
+        if agreed is not None:
+            out.append((f"{k}: cause named as its fault's in >= {GOALS['cause_agreement']:.0%}",
+                        agreed >= GOALS["cause_agreement"], f"{agreed:.0%} of {det.kinds[k].causes_checked}"))
     for k, entry in REGISTRY.items():
         if entry.delay_goal_s is None:
             continue

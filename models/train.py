@@ -12,7 +12,8 @@
    they have not seen), replaying the recorded windows through the incident logic and scoring the
    incidents the way ``evaluate`` does: best F1 (for leaks, the lower of F1 and the shares alerted in
    time, within an hour of the start and ten minutes before the out-of-memory), with at most
-   ``max_false_per_1000h`` false alerts; ties go to the shorter median delay.
+   ``max_false_per_1000h`` false alerts and, where the kind has a delay goal, a median delay within it; ties go
+   to the shorter median delay.
 """
 from __future__ import annotations
 
@@ -241,27 +242,25 @@ def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float,
         scores = km.score_many([r[2] for r in rows])
     levels = URGENT_SCORES if hasattr(module(kind), "urgent") else (None,)
     best: tuple | None = None
+    goal = REGISTRY[kind].delay_goal_s if kind in REGISTRY else None
+    hold = km.hold_down_s if km.hold_down_s is not None else REGISTRY[kind].hold_down_s
     for t, thr in enumerate((0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)):
-        tried = set()
-        for u, urgent in enumerate(levels):    # an urgent level at or above the threshold acts as the threshold
-            if (effective := urgent if urgent is None else min(urgent, thr)) in tried:
-                continue
-            tried.add(effective)
+        for u, urgent in enumerate(levels):
             # the windows' decisions do not depend on how many in a row open an incident: made once for all
-            hold = km.hold_down_s if km.hold_down_s is not None else REGISTRY[kind].hold_down_s
-            decider = Tuning(thr, 1, km.persist_off, effective, hold)
+            decider = Tuning(thr, 1, km.persist_off, urgent, hold)
             positive, urgency = positives(kind, rows, scores, decider), urgents(kind, rows, scores, decider)
             for persist in (1, 2, 3, 4):
-                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, effective, hold),
+                fired = incidents(kind, rows, Tuning(thr, persist, km.persist_off, urgent, hold),
                                   positive=positive, urgent=urgency)
                 rep = evaluate.score(rec.labels, fired, rec.gpu_hours).kinds[kind]
                 false_rate = 1000 * rep.false_alerts / rec.gpu_hours if rec.gpu_hours else 0.0
                 delay = rep.delay(0.5) or 0.0
-                key = (false_rate <= max_false_per_1000h, round(_worst_goal(rep), 3), round(rep.f1, 3), -delay)
+                key = (false_rate <= max_false_per_1000h, goal is None or delay <= goal,
+                       round(_worst_goal(rep), 3), round(rep.f1, 3), -delay)
                 # ties go to fewer windows in a row, then the lower threshold, then no urgency
                 order = (persist, t, u)
                 if best is None or key > best[0] or (key == best[0] and order < best[1]):
-                    best = (key, order, thr, persist, effective, rep.f1, false_rate, delay)
+                    best = (key, order, thr, persist, urgent, rep.f1, false_rate, delay)
     assert best is not None
     _, _, km.threshold, km.persist_on, km.urgent_score, f1, false_rate, delay = best
     return {"threshold": km.threshold, "persist_on": km.persist_on, "urgent_score": km.urgent_score,

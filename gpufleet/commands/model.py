@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -88,9 +89,18 @@ def read_labels(path: str) -> list[dict]:
     return labels
 
 
+EVERY = re.compile(r"\.every-(\d+(?:\.\d+)?)s$")
+
+
+def interval_of(name: str) -> float | None:
+    """The sampling interval a held-out recording's NAME carries (``NAME.every-30s``), or None (mixed)."""
+    m = EVERY.search(name)
+    return float(m.group(1)) if m else None
+
+
 def held_out_pairs(directory: str) -> list[tuple[str, str]]:
     """The held-out family's recordings in ``directory``: NAME.telemetry.jsonl (or .jsonl.gz) with
-    NAME.labels.jsonl."""
+    NAME.labels.jsonl. Those whose NAME ends in ``.every-<N>s`` are fleets sampled every N s, scored apart."""
     import glob
     import os
     pairs = []
@@ -109,30 +119,60 @@ def evaluate_command(args, specs: list[FleetSpec], model: Model, progress) -> in
     from gpufleet.summary import table
     started = time.monotonic()
     families: dict[str, Recording] = {}
+    intervals: dict[str, tuple[str, float]] = {}       # family -> (generator, its one sampling interval)
     if args.telemetry:
         families["recording"] = _recorded_files([(args.telemetry, args.labels)], model, progress)
     else:
-        rec = Recording()
+        by_interval: dict[float, list[FleetSpec]] = {}
         for spec in specs:
-            sim = Simulation(spec)
-            start = dt.datetime.fromtimestamp(spec.start, dt.UTC)
-            print(f"evaluating on simulated fleet seed {spec.seed} ({spec.nodes} nodes x {spec.gpus_per_node} GPUs, "
-                  f"{spec.hours:g} h from {start:%Y-%m-%d %H:%M} UTC, sampled every {spec.interval_s:g} s)",
-                  file=sys.stderr)
-            rec.extend(record(sim.messages(), sim.labels(), model=model, progress=progress))
-        families["simulated family"] = rec
+            by_interval.setdefault(spec.interval_s, []).append(spec)
+        for every, group in by_interval.items():
+            rec = Recording()
+            for spec in group:
+                sim = Simulation(spec)
+                start = dt.datetime.fromtimestamp(spec.start, dt.UTC)
+                print(f"evaluating on simulated fleet seed {spec.seed} ({spec.nodes} nodes x {spec.gpus_per_node} "
+                      f"GPUs, {spec.hours:g} h from {start:%Y-%m-%d %H:%M} UTC, sampled every {spec.interval_s:g} s)",
+                      file=sys.stderr)
+                rec.extend(record(sim.messages(), sim.labels(), model=model, progress=progress))
+            name = "simulated family" if len(by_interval) == 1 else f"simulated family, every {every:g} s"
+            families[name] = rec
+            if len(by_interval) > 1:
+                intervals[name] = ("simulated family", every)
     if args.held_out:
-        families["held-out family"] = _recorded_files(held_out_pairs(args.held_out), model, progress)
+        groups: dict[float | None, list[tuple[str, str]]] = {}
+        for telemetry, labels in held_out_pairs(args.held_out):
+            groups.setdefault(interval_of(telemetry[: telemetry.index(".telemetry.jsonl")]), []).append(
+                (telemetry, labels))
+        for tag, pairs in sorted(groups.items(), key=lambda g: -1 if g[0] is None else g[0]):
+            name = "held-out family" if tag is None else f"held-out family, every {tag:g} s"
+            families[name] = _recorded_files(pairs, model, progress)
+            if tag is not None:
+                intervals[name] = ("held-out family", tag)
     out = {}
     for name, rec in families.items():
         reports = baselines.evaluate_recording(rec, with_baselines=not args.no_baselines)
         print(f"== {name}\n" + render(reports) + "\n")
         out[name] = reports
+    per_interval: dict[str, list] = {}
+    interval_met: dict[str, list] = {}
+    for name, (generator, every) in intervals.items():
+        per_interval.setdefault(generator, []).append((every, name))
+    for generator, entries in per_interval.items():
+        rows = [(f"{every:g} s", k, round(out[name]["detectors"].kinds[k].f1, 3),
+                 round(out[name]["detectors"].false_per_1000h(k), 2),
+                 round(out[name]["detectors"].false_per_1000h(), 2)) for every, name in sorted(entries)
+                for k in out[name]["detectors"].kinds]
+        print(f"{generator}, each sampling interval on its own\n" +
+              table(["every", "kind", "F1", "false_per_1000h", "false_all_kinds"], rows))
+        met = interval_met[generator] = evaluate.interval_goals({every: out[name] for every, name in entries})
+        print("goals at each interval\n" + table(["goal", "met", "value"],
+                                                 [(g, "yes" if ok else "NO", v) for g, ok, v in met]) + "\n")
     if len(out) > 1:
-        rows = []
-        for goal_rows in zip(*(evaluate.goals(r) for r in out.values())):
-            rows.append((goal_rows[0][0], *(f"{'yes' if ok else 'NO'} {v}" for _, ok, v in goal_rows)))
-        print("goals, side by side\n" + table(["goal", *out], rows))
+        met_by = [{g: f"{'yes' if ok else 'NO'} {v}" for g, ok, v in evaluate.goals(r)} for r in out.values()]
+        names = list(dict.fromkeys(g for m in met_by for g in m))       # a goal some family has no figure for: -
+        side = [(g, *(m.get(g, "-") for m in met_by)) for g in names]
+        print("goals, side by side\n" + table(["goal", *out], side))
     print(f"\nevaluated in {time.monotonic() - started:.0f} s; model trained on "
           f"{json.dumps(model.metadata.get('trained_on', {}))[:200]}")
     if args.chart:
@@ -143,7 +183,9 @@ def evaluate_command(args, specs: list[FleetSpec], model: Model, progress) -> in
         with open(args.report, "w", encoding="utf-8") as f:
             json.dump({family: {name: r.to_dict() for name, r in reports.items()} |
                        {"goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in evaluate.goals(reports)]}
-                       for family, reports in out.items()}, f, indent=1)
+                       for family, reports in out.items()} |
+                      {f"{generator}, at each interval": [{"goal": g, "met": ok, "value": v} for g, ok, v in met]
+                       for generator, met in interval_met.items()}, f, indent=1)
         print(f"report: {args.report}")
     return 0
 
@@ -156,7 +198,10 @@ def cmd_model(args) -> int:
     prog = f"{args.prog} {args.model_command}"
     seeds = numbers(prog, "--seeds", args.seeds, int)
     training = args.model_command == "train"
-    intervals = numbers(prog, "--intervals", args.intervals, float) if training else [args.interval]
+    intervals = (numbers(prog, "--intervals", args.intervals, float) if training or args.intervals
+                 else [args.interval])
+    if not training and args.intervals:             # every seed at every interval, each interval scored apart
+        seeds = [s for s in seeds for _ in intervals]
     specs = [fleet_spec(prog, nodes=args.nodes, gpus_per_node=args.gpus_per_node, hours=args.hours, seed=s,
                         faults_per_kind=args.faults, interval_s=intervals[i % len(intervals)], start=args.start)
              for i, s in enumerate(seeds)]
@@ -213,10 +258,14 @@ def add_model(sub) -> None:
     m.add_argument("--telemetry", metavar="FILE", help="telemetry JSONL to evaluate on (else simulated fleets)")
     m.add_argument("--labels", metavar="FILE", help="its ground-truth labels (JSONL, as gpufleet simulate writes)")
     m.add_argument("--seeds", help="simulated fleets to evaluate on when no --telemetry (default 9001)")
+    m.add_argument("--intervals", metavar="S,S,...",
+                   help="evaluate the simulated fleets at each of these sampling intervals, each scored on its own "
+                        "with the goals that must hold at every interval (default: --interval alone)")
     m.add_argument("--held-out", metavar="DIR",
                    help="also evaluate the held-out family: every NAME.telemetry.jsonl[.gz] with its "
                         "NAME.labels.jsonl in DIR (made by bench/evalfleet, never used for training); reported beside "
-                        "the simulated one")
+                        "the simulated one. NAME.every-<N>s files are fleets sampled every N s, scored apart "
+                        "(python -m bench.evalfleet --intervals N)")
     m.add_argument("--chart", metavar="PNG", help="draw a timeline of faults and incidents")
     m.add_argument("--report", metavar="JSON", help="write the figures as JSON")
     m.add_argument("--no-baselines", action="store_true", help="skip the baselines")

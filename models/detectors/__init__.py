@@ -52,11 +52,11 @@ class Kind:
 # kind -> its entry; a package's STAGE says where it runs: "node" (each node's messages, in ts order) or "job"
 # (each job's samples from every node, released in (ts, node) order); node detectors run in this order
 REGISTRY: dict[str, Kind] = {k.name: k for k in (
-    Kind(memory_leak, hold_down_s=0.0, edge_s=900.0, persist_off=4, colour="#a463f2", delay_goal_s=None,
+    Kind(memory_leak, hold_down_s=600.0, edge_s=900.0, persist_off=4, colour="#a463f2", delay_goal_s=None,
          oom_goals=True, fault="memory_leak"),
-    Kind(io_starvation, hold_down_s=0.0, edge_s=90.0, persist_off=6, colour="#efb118", delay_goal_s=120.0,
+    Kind(io_starvation, hold_down_s=300.0, edge_s=90.0, persist_off=6, colour="#efb118", delay_goal_s=120.0,
          oom_goals=False, fault="io_starvation"),
-    Kind(straggler, hold_down_s=0.0, edge_s=90.0, persist_off=6, colour="#4269d0", delay_goal_s=120.0,
+    Kind(straggler, hold_down_s=1200.0, edge_s=90.0, persist_off=6, colour="#4269d0", delay_goal_s=90.0,
          oom_goals=False, fault="straggler"),
 )}
 # what the stream decides itself, beside the detectors (streams/idle.py), with its colour

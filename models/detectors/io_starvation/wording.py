@@ -28,9 +28,9 @@ from .features import FEATURES
 def cause(x: list[float]) -> tuple[str, list[str]]:
     """The input path the evidence points to, and the other signals seen. Each path's own signal, whatever the
     GPUs do (they are idle on every path alike): local disk by its iowait, its reads at half weight (reads the disk
-    keeps up with are no wait); network by its receive, at half weight beside heavy disk reads with iowait (a network file system that caches
-    to disk); the host's input
-    pipeline by its CPUs from ``CAUSE_CPU_FROM`` busy. On a tie the disk, then the host's CPUs, are named: iowait
+    keeps up with are no wait); network by its receive, at half weight beside heavy disk reads with iowait (a
+    network file system that caches to disk); the host's input pipeline by its CPUs from ``CAUSE_CPU_FROM`` busy.
+    On a tie the disk, then the host's CPUs, are named: iowait
     is a wait on the disk itself, which a pipeline starved of CPU does not show (its reads the disk keeps up with
     count half), and a network file system's traffic beside heavy disk reads is the disk's."""
     f = dict(zip(FEATURES, x))

@@ -47,10 +47,10 @@ loop over one job).
 from .constants import BIG_MOVE, BUSY_UTIL, EPOCH, KIND, LEVEL, LOCKSTEP_EPOCHS, MIN_SLOWDOWN, STAGE, WORKING_UTIL
 from .detector import Detector
 from .features import FEATURES, Peers, Stats, features, peer_medians, stats_of
-from .rules import applies, baseline, decide, lockstep, paused_together
+from .rules import applies, baseline, decide, lockstep, paused_together, urgent
 from .window import Epochs, JobWindow
 from .wording import describe
 
 __all__ = ["BIG_MOVE", "BUSY_UTIL", "EPOCH", "FEATURES", "KIND", "LEVEL", "LOCKSTEP_EPOCHS", "MIN_SLOWDOWN", "STAGE",
            "WORKING_UTIL", "Detector", "Epochs", "JobWindow", "Peers", "Stats", "applies", "baseline", "decide",
-           "describe", "features", "lockstep", "paused_together", "peer_medians", "stats_of"]
+           "describe", "features", "lockstep", "paused_together", "peer_medians", "stats_of", "urgent"]

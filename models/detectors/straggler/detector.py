@@ -16,7 +16,7 @@ from ..base import (
 )
 from .constants import KIND
 from .features import bits_of, features, peer_medians, stats_of, typical
-from .rules import decide, lockstep_of, paused_together_of
+from .rules import decide, lockstep_of, paused_together_of, urgent
 from .window import W_THROTTLE, Epochs, JobWindow, history_from_state, history_state
 from .wording import describe, numbers
 
@@ -108,7 +108,8 @@ class Detector:
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
         entries: list[tuple[str, list[float], dict]] = []
-        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent, "paused": self.paused}
+        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent, "paused": self.paused,
+                "window_s": at - start}
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             node_peers = peer_medians(node_stats)
@@ -139,7 +140,8 @@ class Detector:
             info["score"] = round(score, 4)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
-            self.incidents.observe(key, positive, at, decider, info, out, describe)
+            self.incidents.observe(key, positive, at, decider, info, out, describe,
+                                   urgent=positive and urgent(x, score, decider, info))
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
                 self.incidents.observe(key, False, at, decider, {}, out, describe)

@@ -100,6 +100,14 @@ def baseline(x: list[float]) -> bool:
     """The rule an operator writes first: throttled (not at the power cap) for half the window."""
     return x[FEATURES.index("throttle_frac")] >= BASELINE_THROTTLED_SHARE
 
+def urgent(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+    """A positive window sure enough to open the incident at once: its score at least the model's
+    ``urgent_score`` (and the threshold; never, where the model has none). A clear straggler is paged on its
+    first slow epoch; a doubtful one waits ``persist_on`` epochs."""
+    least = decider.urgent_score
+    return least is not None and applies(x) and score >= max(least, decider.threshold)
+
+
 def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:
     """One epoch of one job: positive windows, where the question applies; a slow node's own alert covers
     its GPUs. Training replays recorded epochs through this same function."""

@@ -68,7 +68,8 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
             why = f"SM clock at {info['clock']:.0%} of its maximum vs {info['peer_clock']:.0%} for its peers"
         else:
             why = f"utilization {info['util']:.0f}% vs {info['peer_util']:.0f}%, clocks normal"
-        summary = f"{who} runs {info['slowdown']:.0%} behind {peers} for {minutes(st):.0f} min: {why} ({cause})"
+        spans = minutes(st) + info.get("window_s", 60.0) / 60      # from the start of the first slow window
+        summary = f"{who} runs {info['slowdown']:.0%} behind {peers} for {spans:.0f} min: {why} ({cause})"
     else:
         lagged = f"it lagged for {minutes(st, resolved_at):.0f} min"
         summary = ended(who, st, resolved_at, lagged) or f"{who} keeps pace with {peers} again ({lagged})"

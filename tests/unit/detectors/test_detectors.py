@@ -178,6 +178,25 @@ def test_scoring_follows_the_rule():
     assert rep.false_per_1000h() == pytest.approx(1000 * 2 / 2000)
 
 
+def test_goals_count_pages_per_fault_and_hold_at_each_interval_on_its_own():
+    flapping = [fire("straggler", 1100, 1, node="n1", gpu="g1"), fire("straggler", 1800, 2, node="n1", gpu="g1"),
+                fire("straggler", 1200, 4, node="n2", gpu="g3")]
+    rep = evaluate.score(LABELS, flapping, gpu_hours=2000)
+    assert rep.kinds["straggler"].incidents_per_fault == 1.5              # 3 pages for 2 faults found
+    met = {g: ok for g, ok, _ in evaluate.goals({"detectors": rep})}
+    assert met["straggler: incidents per fault found <= 1.1"] is False
+    once = evaluate.score(LABELS, [flapping[0], flapping[2]], gpu_hours=2000)
+    noisy = evaluate.score(LABELS, [flapping[0], fire("straggler", 9000, 9, node="n7", gpu="g9")], gpu_hours=500)
+    by = {10.0: {"detectors": once}, 30.0: {"detectors": noisy}}
+    met = {g: (ok, v) for g, ok, v in evaluate.interval_goals(by)}
+    assert met["every 10 s: false alerts <= 1 per 1,000 GPU-hours"] == (True, "0.00")
+    assert met["every 30 s: false alerts <= 1 per 1,000 GPU-hours"] == (False, "2.00")
+    assert met["every 30 s: straggler F1 no lower than at 10 s"][0] is False
+    assert "every 10 s: straggler F1 no lower than at 10 s" not in met
+    from gpufleet.commands.model import interval_of  # held-out files sampled at one interval, scored apart
+    assert interval_of(".eval/heldout.every-30s") == 30.0 and interval_of(".eval/heldout") is None
+
+
 def test_windows_scored_in_a_batch_score_as_one_at_a_time_to_the_last_bit():
     rng = random.Random(7)
     for kind, km in Model.default().kinds.items():

@@ -162,11 +162,12 @@ def test_the_lockstep_history_is_saved_compactly_and_restored_the_same():
                 [(names, [repr(v) for v in u]) for names, u in h][-n:], (odd, n)
 
 
-def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200) -> list[dict]:
+def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200, persist_on: int = 1,
+                    urgent_score: float | None = None) -> list[dict]:
     """The straggler alerts of a 4-GPU job sampled every 5 s: 10 minutes at 95% (a GPU at 0% in the epochs
     ``gaps`` names for it), then GPU 3 at 68% with an SM clock of ``slow_clock`` (1800 like its peers: normal)."""
-    decider = type("D", (), {"threshold": 0.2, "persist_on": 1, "persist_off": 1,
-                             "hold_down_s": None, "score_many": staticmethod(
+    decider = type("D", (), {"threshold": 0.2, "persist_on": persist_on, "persist_off": 1,
+                             "hold_down_s": None, "urgent_score": urgent_score, "score_many": staticmethod(
         lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
     d, out = straggler.Detector(), Output()
     for k in range(20 * 6 + 30):
@@ -180,6 +181,15 @@ def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200) ->
             gpus.append([f"u{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
         d.add("job-1", ts, "node-1", {"interval": 5.0, "gpus": gpus}, "t", "p", decider, out, None)
     return [e for e in out.events if e["status"] == "firing"]
+
+
+def test_a_window_at_the_urgent_score_pages_on_the_first_slow_epoch():
+    (waited,) = slow_gpu_alerts({i: (4, 11) for i in range(4)}, persist_on=4)
+    (urgent,) = slow_gpu_alerts({i: (4, 11) for i in range(4)}, persist_on=4, urgent_score=0.25)   # scores 0.28
+    (doubtful,) = slow_gpu_alerts({i: (4, 11) for i in range(4)}, persist_on=4, urgent_score=0.5)
+    assert urgent["detected_at"] == urgent["started_at"] and waited["detected_at"] - waited["started_at"] == 90
+    assert doubtful["detected_at"] == waited["detected_at"]
+    assert "for 1 min" in urgent["summary"]           # the evidence spans the slow window, not zero minutes
 
 
 def test_gpus_of_independent_work_are_not_judged_as_stragglers():
@@ -265,7 +275,7 @@ def test_a_job_whose_nodes_sample_at_different_intervals_is_judged_at_the_pace_o
     # epochs and windows follow node b; every evaluation falls within the run (an epoch counted now in 30 s and
     # now in 60 s put evaluations decades back, which found no samples and forgot the pending incident)
     decider = type("D", (), {"threshold": 0.2, "persist_on": 4, "persist_off": 6,
-                             "hold_down_s": None, "score_many": staticmethod(
+                             "hold_down_s": None, "urgent_score": None, "score_many": staticmethod(
         lambda xs: [x[straggler.FEATURES.index("slowdown")] for x in xs])})()
     evaluated: list[float] = []
     runs = []

@@ -17,6 +17,7 @@ import random
 from pathlib import Path
 
 import pytest
+from alert_checks import contradictions
 
 from gpufleet.collectors.simulator import DEFAULT_START, FleetSpec, Simulation
 from gpufleet.contracts.events import Alert, Billing
@@ -58,6 +59,7 @@ def run(messages: list[dict]) -> dict:
         for e in pipeline.out.events:
             # every event keeps its contract: gpufleet.alert.v1 or gpufleet.billing.v1
             (Billing if e["schema"] == "gpufleet.billing.v1" else Alert).model_validate(e)
+            assert not contradictions(e), (e["summary"], contradictions(e))   # words that match the numbers
             events.append(json.dumps(e, separators=(",", ":")))
         pipeline.out.rows, pipeline.out.events = {}, []
 

@@ -28,14 +28,16 @@ def named_cause(info: dict) -> str:
     """The cause the numbers show, in this order: a throttle reason held for a good part of the window (thermal, a
     power brake, a hardware slowdown); the power cap, where the GPU sat at it for a good part of the window while its
     clock or its power limit was below its peers' (peers brush the cap now and then, which slows nobody); a lower SM
-    clock with no reason given; or, with its clocks level, slower work: its host, link or input feed it slowly."""
+    clock with a throttle reason reported in the window at all (a straggler paged on its first slow window has had
+    little time to show it: never "without a throttle reason" while it reports one); a lower SM clock with no
+    reason given; or, with its clocks level, slower work: its host, link or input feed it slowly."""
     bits = info["bits"] & ~POWER_CAP_BIT & ~BENIGN_CLOCK_EVENTS
     if info["throttled"] > CAUSE_THROTTLED_SHARE and throttle_text(bits):
         return throttle_text(bits)
     if info.get("capped", 0.0) > CAUSE_THROTTLED_SHARE and (clock_low(info) or limit_low(info)):
         return "power cap"
     if clock_low(info):
-        return "lower SM clock without a throttle reason"
+        return throttle_text(bits) or "lower SM clock without a throttle reason"
     return "slower without throttling (its host, link or input)"
 
 

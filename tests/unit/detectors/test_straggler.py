@@ -310,3 +310,23 @@ def test_a_straggler_is_not_throttled_by_clock_events_that_only_say_how_clocks_a
     for bits, throttled in (([0x2, 0x10, 0x100, 0x12], 0.0), ([0x20, 0x10, 0, 0], 0.25), ([0x4, 0x4, 0, 0], 0.0)):
         s = _stats([*base, [float(b) for b in bits], [60.0] * n])
         assert s is not None and s.throttled == throttled, bits
+
+
+def cause_of(**info):
+    base = {"bits": 0, "throttled": 0.0, "capped": 0.0, "clock": 0.98, "peer_clock": 0.98, "limit": 400.0,
+            "peer_limit": 400.0}
+    from gpufleet.models.detectors.straggler.wording import named_cause
+    return named_cause({**base, **info})
+
+
+def test_the_cause_named_is_the_one_the_numbers_show():
+    # a GPU whose power limit was lowered, at it with the power cap reason: power cap, not "no throttle reason"
+    assert cause_of(bits=0x4, capped=0.9, clock=0.8, limit=223.0) == "power cap"
+    assert cause_of(bits=0x4, capped=0.9, clock=0.98, limit=223.0) == "power cap"      # its limit says it
+    assert cause_of(bits=0x4, capped=0.1, clock=0.8) == "lower SM clock without a throttle reason"   # brushing it
+    assert cause_of(bits=0x40, throttled=0.5, clock=0.8) == "hardware thermal slowdown"
+    assert cause_of(bits=0x40 | 0x4, throttled=0.5, capped=0.9, clock=0.8) == "hardware thermal slowdown"
+    # paged on its first slow window, the reason shown briefly is still named: never "without" one it reported
+    assert cause_of(bits=0x80, throttled=0.1, clock=0.8) == "power brake"
+    assert cause_of(bits=0x2 | 0x10, clock=0.8) == "lower SM clock without a throttle reason"     # benign bits
+    assert cause_of(clock=0.98) == "slower without throttling (its host, link or input)"

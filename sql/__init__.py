@@ -25,6 +25,15 @@ class StoreUnavailable(StoreError):
     """The store cannot be reached right now; retrying later may succeed."""
 
 
+class StoreBusy(StoreUnavailable):
+    """The embedded store is open in another process (one process at a time opens a chdb directory); ``holder``
+    says which, as it recorded itself: pid, command, since, and the URL it serves on (``gpufleet serve``)."""
+
+    def __init__(self, message: str, holder: dict | None = None):
+        super().__init__(message)
+        self.holder = holder or {}
+
+
 def parse_dsn(dsn: str) -> dict:
     """Check a DSN and split it into what ``connect`` needs; raises ValueError naming the problem."""
     parts = urlsplit(dsn)

@@ -9,8 +9,12 @@ materialized views that feed on the table see each row once.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import re
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -20,7 +24,7 @@ from operator import itemgetter
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
 
-from . import Insert, StoreError, StoreMissing, StoreUnavailable, migrations, parse_dsn
+from . import Insert, StoreBusy, StoreError, StoreMissing, StoreUnavailable, migrations, parse_dsn
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _chdb_lock = threading.Lock()
@@ -35,6 +39,102 @@ MAX_IN_VALUES = 1000
 SETTINGS = {"async_insert": 0}
 
 
+# -- who holds an embedded store ----------------------------------------------------------------------------
+# One process at a time opens a chdb directory. Each gpufleet process that opens one says so in HOLDER there (pid,
+# command, since; ``gpufleet serve`` adds its URL), so that another is told who holds it, and ``report`` and
+# ``top`` can read through a running ``serve`` instead.
+HOLDER = "gpufleet-holder.json"
+_held: dict[str, int] = {}            # directory -> stores of this process open on it
+
+
+def holder(path: str) -> dict | None:
+    """The live process holding the embedded store at ``path``, as it recorded itself, or None."""
+    try:
+        with open(os.path.join(path, HOLDER), encoding="utf-8") as f:
+            found = json.load(f)
+        os.kill(int(found["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _record_holder(path: str, **extra) -> None:
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    prog = "gpufleet" if prog == "__main__.py" else prog             # python -m gpufleet
+    record = {"pid": os.getpid(), "command": " ".join([prog, *sys.argv[1:]])[:300],
+              "since": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), **extra}
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".holder-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(tmp, os.path.join(path, HOLDER))
+    except OSError:
+        pass                              # a read-only directory: nobody is told, nothing breaks
+
+
+def _hold(path: str) -> None:
+    _held[path] = _held.get(path, 0) + 1
+    if _held[path] == 1:
+        _record_holder(path)
+
+
+def _release(path: str) -> None:
+    _held[path] = _held.get(path, 1) - 1
+    if _held[path] <= 0:
+        _held.pop(path, None)
+        found = holder(path)
+        if found is not None and found.get("pid") == os.getpid():
+            try:
+                os.unlink(os.path.join(path, HOLDER))
+            except OSError:
+                pass
+
+
+def busy_message(path: str, found: dict | None) -> str:
+    who = (f"pid {found['pid']} ({found.get('command', '?')}, since {found.get('since', '?')})" if found
+           else "another process")
+    return (f"the embedded store at {path} is open in {who}; one process at a time opens an embedded store: "
+            "wait for it or stop it, or run a ClickHouse server (store.dsn http://host:8123) for several")
+
+
+@contextmanager
+def _stderr_captured():
+    """chdb prints its own errors on file descriptor 2 (C++): kept aside and handed back as text."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        box: list[str] = []
+        try:
+            yield box
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            box.append(tmp.read().decode("utf-8", "replace"))
+
+
+def _chdb_client(target: dict, database: str | None):
+    path = target["path"]
+    with _stderr_captured() as said:
+        try:
+            if database:
+                return clickhouse_connect.get_client(dsn="chdb://" + path, settings=SETTINGS, database=database)
+            return clickhouse_connect.get_client(dsn="chdb://" + path, settings=SETTINGS)
+        except Exception as err:
+            failed: Exception | None = err
+        else:
+            failed = None
+    text = "".join(said)
+    if "Cannot lock file" in text or "Cannot lock file" in str(failed):
+        found = holder(path)
+        raise StoreBusy(busy_message(path, found), found) from None
+    if text.strip():
+        sys.stderr.write(text)
+    assert failed is not None
+    raise failed
+
+
 def _client(target: dict, database: str | None, password: str | None, create: bool):
     try:
         if target["kind"] == "chdb":
@@ -43,10 +143,7 @@ def _client(target: dict, database: str | None, password: str | None, create: bo
             elif not os.path.isdir(target["path"]):
                 raise StoreMissing(f"no embedded store at {target['path']}: create it with `gpufleet db migrate` "
                                    "(or `gpufleet demo`)")
-            if database:
-                return clickhouse_connect.get_client(dsn="chdb://" + target["path"], settings=SETTINGS,
-                                                     database=database)
-            return clickhouse_connect.get_client(dsn="chdb://" + target["path"], settings=SETTINGS)
+            return _chdb_client(target, database)
         return clickhouse_connect.get_client(
             host=target["host"], port=target["port"], secure=target["secure"], username=target["username"],
             password=password if password is not None else target["password"], database=database or "",
@@ -63,6 +160,7 @@ class Store:
     def __init__(self, client, database: str, target: dict):
         self.client, self.database, self.target = client, database, target
         self._keys: dict[str, list[tuple[int, str, bool]]] = {}
+        self._holds = False                  # an embedded store this object counts as held by this process
 
     @classmethod
     def connect(cls, dsn: str, database: str = "gpufleet", password: str | None = None,
@@ -88,7 +186,16 @@ class Store:
         finally:
             if target["kind"] != "chdb":
                 bare.close()
-        return cls(_client(target, database, password, create), database, target)
+        store = cls(_client(target, database, password, create), database, target)
+        if target["kind"] == "chdb":
+            _hold(target["path"])
+            store._holds = True
+        return store
+
+    def announce(self, url: str) -> None:
+        """An embedded store's holder serves on ``url`` (``gpufleet serve``): ``report`` and ``top`` read through it."""
+        if self.target["kind"] == "chdb":
+            _record_holder(self.target["path"], url=url)
 
     def require_schema(self) -> None:
         """Refuse a database that no migration has touched, or one behind this gpufleet's schema."""
@@ -131,6 +238,9 @@ class Store:
             self.client.close()
         except Exception:   # closing a dead connection is not an error worth reporting
             pass
+        if self._holds:
+            self._holds = False
+            _release(self.target["path"])
 
     def drop(self) -> None:
         """Drop this database with everything in it."""

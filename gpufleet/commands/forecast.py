@@ -311,6 +311,8 @@ def serve_command(args, settings, store) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     def ready(host: str, port: int) -> None:
+        local = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+        store.announce(f"http://{local}:{port}")       # report and top read through this server meanwhile
         print(f"serving on http://{host}:{port}: " + ", ".join(
             f"{path} ({what})" for path, what in sorted(router.descriptions.items())), flush=True)
     try:

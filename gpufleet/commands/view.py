@@ -21,15 +21,48 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def report_command(args, settings: Settings, store) -> int:
+def through_server(err, prog: str) -> str:
+    """The URL of the ``gpufleet serve`` holding the embedded store (``err``, a StoreBusy), said on stderr; or the
+    error again where no server holds it."""
+    url = err.holder.get("url")
+    if not url:
+        raise err
+    print(f"{prog}: the embedded store is open in gpufleet serve (pid {err.holder['pid']}): reading through it at "
+          f"{url}", file=sys.stderr)
+    return url
+
+
+def fetch(url: str, what: str) -> bytes:
+    import urllib.error
+    import urllib.request
+
+    from gpufleet.sql import StoreUnavailable
+    try:
+        with urllib.request.urlopen(url, timeout=120) as r:
+            return r.read()
+    except urllib.error.HTTPError as e:
+        raise StoreUnavailable(f"{what}: the server answered {e.code}: "
+                               f"{e.read()[:300].decode('utf-8', 'replace')}") from None
+    except OSError as e:
+        raise StoreUnavailable(f"{what}: cannot reach the server holding the store at {url}: {e}") from None
+
+
+def report_command(args, settings: Settings, store, url: str | None = None) -> int:
+    from urllib.parse import urlencode
+
     from gpufleet.view import pages
     from gpufleet.view.data import FleetData, Window, iso
 
     window = Window(args.start, args.end, args.tenant or None)
     out = os.path.abspath(args.out)
-    data = FleetData(store, settings.billing.currency, settings.serve.alert_days,
-                      silent_after_s=settings.stream.silent_after_s)
-    document = pages.report(data, window, settings.serve.forecast_ahead_hours)
+    if url is not None:
+        query = {"from": int(window.start), "to": int(window.end), **({"tenant": window.tenant} if window.tenant
+                                                                       else {})}
+        document = fetch(f"{url}/report?{urlencode(query)}", "report").decode("utf-8")
+    else:
+        data = FleetData(store, settings.billing.currency, settings.serve.alert_days,
+                         silent_after_s=settings.stream.silent_after_s)
+        document = pages.report(data, window, settings.serve.forecast_ahead_hours)
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=os.path.dirname(out))
     try:
         umask = os.umask(0o022)
@@ -65,14 +98,18 @@ def check_top_args(args) -> None:
         raise _usage(f"{args.prog}: needs a terminal; --once prints one snapshot instead")
 
 
-def top_command(args, settings: Settings, store) -> int:
+def top_command(args, settings: Settings, store, url: str | None = None) -> int:
+    import json
+
     from gpufleet.sql import StoreError
     from gpufleet.view import top
     from gpufleet.view.data import FleetData
 
     def read():
+        if url is not None:
+            return top.Snapshot(**json.loads(fetch(f"{url}/v1/top", "top")))
         return top.snapshot(FleetData(store, settings.billing.currency, settings.serve.alert_days,
-                      silent_after_s=settings.stream.silent_after_s))
+                                      silent_after_s=settings.stream.silent_after_s))
     if args.once:
         width = os.get_terminal_size().columns if sys.stdout.isatty() else 160
         for text, _ in top.render(read(), width, 10_000, args.interval):
@@ -98,24 +135,35 @@ def cmd_serve(args) -> int:
         store_.close()
 
 
+def _open_or_server(args, settings):
+    """The store, or (None, the URL of the gpufleet serve that holds the embedded store)."""
+    from gpufleet.sql import StoreBusy
+    try:
+        return readable_store(settings), None
+    except StoreBusy as err:
+        return None, through_server(err, args.prog)
+
+
 def cmd_report(args) -> int:
     check_report_args(args)
     settings = view_settings(args)
-    store = readable_store(settings)
+    store, url = _open_or_server(args, settings)
     try:
-        return report_command(args, settings, store)
+        return report_command(args, settings, store, url)
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 def cmd_top(args) -> int:
     check_top_args(args)
     settings = view_settings(args)
-    store = readable_store(settings)
+    store, url = _open_or_server(args, settings)
     try:
-        return top_command(args, settings, store)
+        return top_command(args, settings, store, url)
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 def add_serve(sub) -> None:

@@ -4,16 +4,18 @@ Pages: ``GET /`` (the fleet page), ``GET /incident?id=ID`` (one incident and the
 JSON: ``/v1/fleet/heatmap``, ``/v1/fleet/alerts``, ``/v1/fleet/idle``, ``/v1/fleet/usage``, ``/v1/fleet/demand``,
 ``/v1/fleet/billing``, ``/v1/incident?id=ID``. Every one takes ``to`` (UTC ``YYYY-MM-DD[THH:MM]`` or Unix seconds;
 default: the end of the latest telemetry stored) and ``hours`` (default: setting serve.view_hours; for demand
-serve.demand_hours), and, except the incident, ``tenant``. Only reads.
+serve.demand_hours), and, except the incident, ``tenant``. ``/report?from=&to=`` and ``/v1/top`` are what
+``gpufleet report`` and ``gpufleet top`` read through a running server when it holds the embedded store. Only reads.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gpufleet.view import pages
+from gpufleet.view import pages, top
 from gpufleet.view.charts import esc
 from gpufleet.view.data import FleetData, ViewError, Window, parse_hours, parse_time
 from gpufleet.web import Request, Response, Router, error, json_response
@@ -120,6 +122,20 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
             w = window(data, request, serve.view_hours)
         return json_response(data.billing(w, month=True))
 
+    def report(request: Request) -> Response:
+        q = request.query
+        if not q.get("from") or not q.get("to"):
+            raise ViewError("query parameters from and to are required, e.g. /report?from=2026-01-05&to=2026-01-06")
+        start, end = parse_time(q["from"], "from"), parse_time(q["to"], "to")
+        if end <= start:
+            raise ViewError("to: must be after from")
+        data = reader()
+        body = pages.report(data, Window(start, end, q.get("tenant", "").strip() or None), serve.forecast_ahead_hours)
+        return Response(200, body.encode(), HTML)
+
+    def top_json(request: Request) -> Response:
+        return json_response(dataclasses.asdict(top.snapshot(reader())))
+
     for path, handler, what, page in (
             ("/", fleet, "the fleet page (HTML)", True),
             ("/incident", incident, "an incident and the telemetry around it (HTML), ?id=", True),
@@ -130,5 +146,8 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
             ("/v1/fleet/idle", idle, "idle runs in the window with their cost", False),
             ("/v1/fleet/usage", usage, "utilization and idle cost by pool and tenant", False),
             ("/v1/fleet/demand", demand, "demand, latest forecast and scale decisions per pool", False),
-            ("/v1/fleet/billing", billing, "billing totals of a month (?month=YYYY-MM)", False)):
+            ("/v1/fleet/billing", billing, "billing totals of a month (?month=YYYY-MM)", False),
+            ("/report", report, "the report of a period as one HTML file (?from=&to=[&tenant=]), as gpufleet report "
+             "writes it", True),
+            ("/v1/top", top_json, "what gpufleet top shows, read now", False)):
         router.add("GET", path, handled(path, handler, page), what)

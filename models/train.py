@@ -232,7 +232,7 @@ def left_out_scores(kind: str, rec: Recording, ys: list[int | None]) -> list[flo
     return scores
 
 
-URGENT_SCORES = (None, 0.9, 0.95, 0.98)      # tried for a detector with an ``urgent`` rule (None: no urgency)
+URGENT_SCORES = (None, 0.9, 0.95, 0.98, 0.99)      # tried for a detector with an ``urgent`` rule (None: no urgency)
 
 
 def tune(kind: str, rec: Recording, km: KindModel, max_false_per_1000h: float,

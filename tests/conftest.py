@@ -161,3 +161,13 @@ def own_clickhouse(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _dev_null_stays_a_device():
+    """A test run as root that writes a report to /dev/null by replacing it would leave a regular file there
+    and break every later program on the machine (ClickHouse then reads it as input): fail the run instead."""
+    import stat
+
+    yield
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode), f"{os.devnull} is no longer a device: a test replaced it"

@@ -3,6 +3,7 @@ operator's view")."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 
@@ -47,6 +48,26 @@ def fetch(url: str, what: str) -> bytes:
         raise StoreUnavailable(f"{what}: cannot reach the server holding the store at {url}: {e}") from None
 
 
+def write_document(out: str, document: str) -> None:
+    """Write the report to `out`: a regular file (or a new one) is replaced whole, so a reader never sees half
+    a report; anything else (/dev/stdout, /dev/null, a named pipe) is written to in place, never replaced."""
+    if os.path.exists(out) and not stat.S_ISREG(os.stat(out).st_mode):
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(document)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=os.path.dirname(out))
+    try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)        # a file to share, as any other the user writes (mkstemp's is 0600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(document)
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def report_command(args, settings: Settings, store, url: str | None = None) -> int:
     from urllib.parse import urlencode
 
@@ -63,17 +84,7 @@ def report_command(args, settings: Settings, store, url: str | None = None) -> i
         data = FleetData(store, settings.billing.currency, settings.serve.alert_days,
                          silent_after_s=settings.stream.silent_after_s)
         document = pages.report(data, window, settings.serve.forecast_ahead_hours)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=os.path.dirname(out))
-    try:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)        # a file to share, as any other the user writes (mkstemp's is 0600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(document)
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_document(out, document)
     who = f" for tenant {window.tenant}" if window.tenant else ""
     print(f"wrote {args.out}: the report{who} from {iso(window.start)} to {iso(window.end)} "
           f"({len(document.encode()) / 1024:,.0f} KiB, one file, opens without network)")

@@ -51,7 +51,7 @@ def test_a_writer_is_told_who_holds_the_store(served):
     assert f"pid {proc.pid} (gpufleet serve --dsn {dsn}" in err and "ClickHouse server" in err
 
 
-def test_the_holder_record_goes_with_its_process(served):
+def test_the_holder_record_goes_with_its_process(served, tmp_path):
     dsn, proc = served
     path = dsn[len("chdb://"):]
     assert os.path.exists(os.path.join(path, "gpufleet-holder.json"))
@@ -61,5 +61,5 @@ def test_the_holder_record_goes_with_its_process(served):
     while os.path.exists(os.path.join(path, "gpufleet-holder.json")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(os.path.join(path, "gpufleet-holder.json"))
-    again = gpufleet("report", "--dsn", dsn, "--from", "2026-01-05", "--to", "2026-01-06", "-o", os.devnull)
+    again = gpufleet("report", "--dsn", dsn, "--from", "2026-01-05", "--to", "2026-01-06", "-o", str(tmp_path / "r.html"))
     assert again.returncode == 0 and "reading through" not in again.stderr, again.stderr

@@ -181,3 +181,27 @@ def test_the_committed_grafana_dashboards_are_their_rendering():
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in root.glob("*.json"))
     assert names == ["gpufleet-fleet.json", "gpufleet-services.json"]
+
+
+def test_the_report_replaces_a_file_whole_and_writes_into_a_pipe_or_device_in_place(tmp_path):
+    import os
+    import stat
+    import threading
+
+    from gpufleet.commands.view import write_document
+
+    page = tmp_path / "report.html"
+    page.write_text("old")
+    write_document(str(page), "<html>new</html>")
+    assert page.read_text() == "<html>new</html>" and os.listdir(tmp_path) == ["report.html"]
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+    reader.start()
+    write_document(str(pipe), "<html>through the pipe</html>")
+    reader.join(timeout=10)
+    assert got == [b"<html>through the pipe</html>"]
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode), "the named pipe was replaced by a file"
+    assert sorted(os.listdir(tmp_path)) == ["pipe", "report.html"]

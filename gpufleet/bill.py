@@ -30,7 +30,8 @@ GROUP BY tenant, currency, pool, gpu_model
 ORDER BY tenant, currency, pool, gpu_model"""
 
 LOW = """
-SELECT tenant, currency, count() AS rentals, sum(low_busy_s) AS busy_s, sum(unused_amount) AS unused_amount
+SELECT tenant, currency, count() AS rentals, sum(low_busy_s) AS busy_s, sum(unused_amount) AS unused_amount,
+       sum(unsold_amount) AS unsold_amount
 FROM billing_low_utilization WHERE month = %(month)s {tenant}
 GROUP BY tenant, currency"""
 
@@ -90,7 +91,8 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
     for r in (dict(zip(names, row)) for row in rows):
         if (r["tenant"], r["currency"]) in invoices:
             invoices[(r["tenant"], r["currency"])]["waste"]["low_utilization"] = {
-                "rentals": r["rentals"], "busy_hours": hours(r["busy_s"]), "unused_amount": r["unused_amount"]}
+                "rentals": r["rentals"], "busy_hours": hours(r["busy_s"]), "unused_amount": r["unused_amount"],
+                "unsold_amount": r["unsold_amount"]}
     names, rows = store.select(OVER.format(tenant=where), params)
     for r in (dict(zip(names, row)) for row in rows):
         if (r["tenant"], r["currency"]) in invoices:
@@ -137,6 +139,7 @@ def as_json(bill: dict) -> str:
         low = inv["waste"]["low_utilization"]
         if low:
             low["unused_amount"] = _money(low["unused_amount"])
+            low["unsold_amount"] = _money(low["unsold_amount"])
         for job in inv["waste"]["overprovisioned"]:
             job["idle_gpu_amount"] = _money(job["idle_gpu_amount"])
         for m in inv.get("modes", []):
@@ -164,7 +167,7 @@ def as_csv(bill: dict, compare_modes: bool = False) -> str:
     return buf.getvalue()
 
 
-def as_table(bill: dict, compare_modes: bool = False) -> str:
+def as_table(bill: dict, compare_modes: bool = False, underuse_pct: float = 60.0) -> str:
     if not bill["invoices"]:
         return f"no billing records for {bill['month']}"
     parts = []
@@ -181,8 +184,12 @@ def as_table(bill: dict, compare_modes: bool = False) -> str:
         waste = []
         low = inv["waste"]["low_utilization"]
         if low:
-            waste.append(f"  busy below 60 % utilization for an hour or more: {low['rentals']} rentals, "
-                         f"{low['busy_hours']} busy hours, the unused share {_money(low['unused_amount'])} {cur}")
+            waste.append(f"  underused (busy below {underuse_pct:g} % utilization in a billing period): "
+                         f"{low['rentals']} rentals, {low['busy_hours']} busy hours; the unused share paid by the "
+                         f"tenant {_money(low['unused_amount'])} {cur}")
+            if Decimal(low["unsold_amount"]):
+                waste.append(f"  not paid by the tenant (billed by use), the provider's unsold capacity: "
+                             f"{_money(low['unsold_amount'])} {cur}")
         for job in inv["waste"]["overprovisioned"]:
             waste.append(f"  over-provisioned: job {job['job']} left {job['idle_gpus']} of its {job['gpus']} GPUs "
                          f"idle, {job['idle_gpu_hours']} GPU-hours, {_money(job['idle_gpu_amount'])} {cur}")

@@ -199,9 +199,10 @@ class GpuMeter:
 class Metering:
     """The meters of one node's GPUs, by GPU uuid, and what the node's collector said last."""
 
-    __slots__ = ("gpus", "node_ts", "collector", "seq", "due")
+    __slots__ = ("gpus", "node_ts", "collector", "seq", "due", "emitted")
 
     def __init__(self) -> None:
+        self.emitted: list[dict] = []           # the records emitted since the node last took them (not saved)
         self.gpus: dict[str, GpuMeter] = {}
         self.node_ts: float | None = None      # ts of the latest message processed
         self.collector: str | None = None
@@ -373,7 +374,9 @@ class Metering:
             for rec in sorted(records, key=_record_key):
                 end = rec.period_start * 1000 + period
                 if end <= limit:
-                    out.event(_event(uuid, node, rec, tariff))
+                    event = _event(uuid, node, rec, tariff)
+                    out.event(event)
+                    self.emitted.append(event)
                     out.counts["billing_records"] += 1
                     gone = True
                 elif end < due:
@@ -448,4 +451,6 @@ def _event(uuid: str, node: str, r: Record, tariff: Tariff) -> dict:
         "util_pct": round(r.util_sum / r.util_ms / UTIL_SCALE, 3) if r.util_ms else None,
         "busy_util_pct": round(r.busy_util_sum / r.busy_util_ms / UTIL_SCALE, 3) if r.busy_util_ms else None,
         "amounts_by_mode": bill["amounts_by_mode"],
+        "underused_s": _seconds(bill["underused_ms"]), "unused_amount": bill["unused_amount"],
+        "unsold_amount": bill["unsold_amount"],
     }

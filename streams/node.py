@@ -14,13 +14,15 @@ from .idle import IdleTracker
 from .metering import Metering
 from .rollups import MinuteRollups
 from .samples import sample_rows
+from .underuse import UnderuseTracker
 
 SILENT_LEAVE_S = 0.001     # a silent node leaves its jobs just after its last sample (its last job sample is at it)
 STATE_VERSION = 5       # 4: metering, and rented time in the GPU rollups; 5: detectors by kind
 
 
 class NodeProcessor:
-    __slots__ = ("name", "gate", "rollups", "idle", "meter", "jobs", "detect", "position", "last_ts", "silent")
+    __slots__ = ("name", "gate", "rollups", "idle", "meter", "underuse", "jobs", "detect", "position", "last_ts",
+                 "silent")
 
     def __init__(self, name: str):
         self.name = name
@@ -28,6 +30,7 @@ class NodeProcessor:
         self.rollups = MinuteRollups()
         self.idle = IdleTracker()
         self.meter = Metering()
+        self.underuse = UnderuseTracker()
         self.jobs: set[str] = set()          # jobs on this node in its latest sample
         self.detect = NodeDetectors()
         self.position: tuple[int, int] | None = None    # (partition, offset) of the newest input admitted
@@ -87,6 +90,7 @@ class NodeProcessor:
         self.idle.add(msg, cfg, out, tariff)
         if tariff.config.enabled:
             self.meter.add(msg, self.idle.runs, cfg, tariff, out)
+            self._underuse(cfg, tariff, out)
         flags = None
         if detection is not None:
             flags = self.detect.add(msg, detection, out, {g.job: g.tenant for g in msg.gpus})
@@ -99,10 +103,24 @@ class NodeProcessor:
         tariff = tariff or default_tariff()
         self.drain(cfg, out, detection, tariff)
         if newest is not None and self.last_ts is not None and newest - self.last_ts > cfg.silent_after_s:
-            self.silence(out)
+            self.silence(out, tariff)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
         self.meter.flush(self.name, tariff, out)
+        self._underuse(cfg, tariff, out)
+        self.underuse.flush(self.name, tariff.config.underuse_pct, tariff.config.currency, out)
+
+    def _underuse(self, cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
+        """Hand the billing records just emitted to the underuse alert (decided a period and an idle window on);
+        with none, look again once a minute of the node's time (a rental that ended emits none)."""
+        records, self.meter.emitted = self.meter.emitted, []
+        if self.silent:
+            return                         # a silent node's last records: its incidents resolved already
+        now = self.last_ts or 0.0
+        if records or (self.underuse.open and now - self.underuse.newest >= 60):
+            bc = tariff.config
+            self.underuse.add(self.name, records, bc.underuse_pct, bc.period_s + cfg.idle_window_s, bc.currency, out,
+                              now)
 
     def drain(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
               tariff: Tariff | None = None) -> None:
@@ -111,7 +129,7 @@ class NodeProcessor:
         for m, refs in self.gate.drain():
             self._guarded(m, refs, cfg, out, detection, tariff)
 
-    def silence(self, out: Output) -> None:
+    def silence(self, out: Output, tariff: Tariff | None = None) -> None:
         """The node stopped reporting: its idle alerts and its detectors' incidents resolve, "no telemetry since"
         its last message, and its jobs are told it left them (their incidents on it resolve alike). Its next
         message makes it heard again."""
@@ -120,6 +138,8 @@ class NodeProcessor:
         self.silent = True
         out.counts["silent_nodes"] += 1
         self.idle.silence(self.name, out)
+        tariff = default_tariff() if tariff is None else tariff
+        self.underuse.silence(self.name, self.last_ts, tariff.config.underuse_pct, tariff.config.currency, out)
         self.detect.silence(self.last_ts, out)
         silent_leaves(self.name, self.last_ts + SILENT_LEAVE_S, self.jobs, out)
         self.jobs = set()
@@ -127,7 +147,8 @@ class NodeProcessor:
     def to_state(self) -> dict:
         """Everything but the messages still waiting for the watermark (see eventtime.py)."""
         return {"v": STATE_VERSION, "gate": self.gate.to_state(), "rollups": self.rollups.to_state(),
-                "idle": self.idle.to_state(), "meter": self.meter.to_state(), "jobs": sorted(self.jobs),
+                "idle": self.idle.to_state(), "meter": self.meter.to_state(), "underuse": self.underuse.to_state(),
+                "jobs": sorted(self.jobs),
                 "detect": self.detect.to_state(), "last_ts": self.last_ts, "silent": self.silent,
                 "position": None if self.position is None else {"partition": self.position[0],
                                                                 "offset": self.position[1]}}
@@ -142,6 +163,7 @@ class NodeProcessor:
             p.rollups = MinuteRollups.from_state(state["rollups"])
             p.idle = IdleTracker.from_state(state["idle"])
             p.meter = Metering.from_state(state["meter"])
+            p.underuse = UnderuseTracker.from_state(state["underuse"]) if "underuse" in state else UnderuseTracker()
             p.jobs = set(state["jobs"])
             p.detect = NodeDetectors.from_state(state["detect"])
             position = state["position"]

@@ -180,7 +180,7 @@ class Pipeline:
             if node.silent or node.last_ts is None or newest - node.last_ts <= self.cfg.silent_after_s:
                 continue
             node.drain(self.cfg, self.out, self.detection, self.tariff)
-            node.silence(self.out)
+            node.silence(self.out, self.tariff)
             self.fleet.remove(name)
 
     def flush(self) -> None:

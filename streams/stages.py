@@ -105,7 +105,7 @@ class NodeStage:
             if node.silent or node.last_ts is None:
                 continue
             node.drain(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff)
-            node.silence(pipeline.out)
+            node.silence(pipeline.out, pipeline.tariff)
             touched[(NODES, name.encode())] = partition
 
     def save(self, key: StateKey) -> bytes | None:

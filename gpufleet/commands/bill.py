@@ -16,7 +16,8 @@ def cmd_bill(args) -> int:
         bill.month_start(args.month)
     except ValueError as err:
         raise UsageError(f"{args.prog}: argument --month: {err}") from None
-    store = readable_store(settings_of(args))
+    settings = settings_of(args)
+    store = readable_store(settings)
     try:
         invoices = bill.invoice(store, args.month, args.tenant, args.compare_modes)
     finally:
@@ -26,7 +27,7 @@ def cmd_bill(args) -> int:
     elif args.format == "csv":
         print(bill.as_csv(invoices, args.compare_modes), end="")
     else:
-        print(bill.as_table(invoices, args.compare_modes))
+        print(bill.as_table(invoices, args.compare_modes, settings.billing.underuse_pct))
     return 0
 
 

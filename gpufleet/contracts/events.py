@@ -120,6 +120,9 @@ class Billing(BaseModel):
     util_pct: float | None = None
     busy_util_pct: float | None = None
     amounts_by_mode: dict[str, Money] | None = None
+    underused_s: float | None = None          # waste (gpufleet/contracts/waste.py): busy time of an underused period
+    unused_amount: Money | None = None        # what the tenant paid for its unused share
+    unsold_amount: Money | None = None        # what the provider lost where the tenant pays by use
 
 
 class DeadLetter(BaseModel):

@@ -61,6 +61,8 @@ REGISTRY: dict[str, Kind] = {k.name: k for k in (
 )}
 # what the stream decides itself, beside the detectors (streams/idle.py), with its colour
 STREAM_KINDS = {"idle": "#e4572e"}
+# what the stream reports by a rule of cost, not a fault (not scored against fault labels), with its colour
+COST_KINDS = {"underuse": "#b07aa1"}
 FEATURE_VERSION = 5
 
 
@@ -123,7 +125,7 @@ def hold_downs(overrides: dict[str, float] | None = None) -> dict[str, float]:
 
 def colours() -> dict[str, str]:
     """Every kind's colour: the stream's own kinds, then the detectors'."""
-    return {**STREAM_KINDS, **{k: e.colour for k, e in REGISTRY.items()}}
+    return {**STREAM_KINDS, **COST_KINDS, **{k: e.colour for k, e in REGISTRY.items()}}
 
 
 def module(kind: str) -> ModuleType:

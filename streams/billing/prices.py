@@ -21,7 +21,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .metered import Metered
+from gpufleet.contracts.waste import UNDERUSE_PCT, underused, unused_share
+
+from .metered import Metered, hours
 
 HOUR_S = 3600
 SCALE = 10**6              # money has 6 decimals
@@ -121,6 +123,17 @@ class BillingConfig(BaseModel):
     max_gap_s: float = Field(3600.0, gt=0, le=31 * 86400, description="longer gaps are never billed")
     mig_slices: dict[str, int] = Field(default_factory=lambda: {"A30": 4},
                                        description="compute slices of a whole GPU by GPU model (substring); else 7")
+    underuse_pct: float = Field(UNDERUSE_PCT, gt=0, le=100,
+                                description="a rented GPU's billing period whose busy time ran below this mean "
+                                            "utilization is underused: the unused share of it is waste")
+
+    def default_price_note(self) -> str | None:
+        """What every surface that shows money says when the price table is still the default flat price."""
+        if self.prices != _default_prices():
+            return None
+        price = self.prices[0].per_gpu_hour
+        return (f"every amount uses the default price, a flat {price:.2f} {self.currency} per GPU-hour for every GPU "
+                "model and pool: set billing.prices to your price list")
 
     @field_validator("period_s")
     @classmethod
@@ -236,7 +249,26 @@ class Tariff:
         price, amount, idle = by_mode[name]
         hourly = self.modes[name].hourly(price, m.period_start)
         return {"billing_mode": name, "price_per_gpu_hour": money(hourly), "amount": money(amount),
-                "idle_amount": money(idle), "amounts_by_mode": {k: money(v[1]) for k, v in by_mode.items()}}
+                "idle_amount": money(idle), "amounts_by_mode": {k: money(v[1]) for k, v in by_mode.items()},
+                **self._waste(m, name, price, amount, idle, by_mode, share)}
+
+    def _waste(self, m: Metered, mode: str, price: Price, amount: Fraction, idle: Fraction,
+               by_mode: dict, share: Fraction) -> dict:
+        """The period's waste (gpufleet/contracts/waste.py): underused busy time, what the tenant paid for the
+        unused share of it, and what the provider lost where the tenant pays by utilization."""
+        low = underused(m.busy_ms, m.busy_weighted_ms, self.config.underuse_pct)
+        unused = unused_share(m.busy_ms, m.busy_weighted_ms) if low else Fraction(0)
+        by_use = mode == "usage" and price.weight == "utilization"
+        listed = by_mode["on_demand"][0] if "on_demand" in by_mode else price
+        list_hourly = self.modes["on_demand"].hourly(listed, m.period_start) * share
+        tenant = Fraction(0) if by_use else (amount - idle) * unused
+        provider = Fraction(0)
+        if mode == "usage":                   # idle time is free (or nearly) to a tenant billed by use
+            provider += list_hourly * hours(m.idle_ms) - idle
+        if by_use:                            # and so is the unused share of its busy time
+            provider += list_hourly * hours(m.busy_ms) * unused
+        return {"underused_ms": m.busy_ms if low else 0, "unused_amount": money(max(tenant, Fraction(0))),
+                "unsold_amount": money(max(provider, Fraction(0)))}
 
 
 _DEFAULT: list[Tariff] = []

@@ -32,7 +32,8 @@ def test_the_invoice_as_json_has_lines_totals_and_waste_in_decimal_strings(capsy
                               "busy_hours": "1.500", "idle_hours": "2.500", "idle_amount": "5.000000",
                               "estimated_hours": "0.000", "amount": "8.000000"}]
     assert acme["total"]["amount"] == "8.000000" and acme["total"]["idle_amount"] == "5.000000"
-    assert acme["waste"]["low_utilization"] == {"rentals": 1, "busy_hours": "1.500", "unused_amount": "1.620000"}
+    assert acme["waste"]["low_utilization"] == {"rentals": 1, "busy_hours": "1.500", "unused_amount": "1.620000",
+                                                 "unsold_amount": "0.000000"}
     assert acme["waste"]["overprovisioned"] == [{"job": "j1", "gpus": 2, "idle_gpus": 1, "idle_gpu_hours": "2.000000",
                                                  "idle_gpu_amount": "4.000000"}]
     assert globex["lines"][0]["estimated_hours"] == "0.083" and globex["total"]["amount"] == "1.500000"

@@ -17,22 +17,24 @@ D = Decimal
 
 
 def record(gpu, tenant, job, start, rented, idle, amount, idle_amount, util, busy_util, modes, pool="east",
-           team=None, estimated=0.0):
+           team=None, estimated=0.0, underused=0.0, unused="0.000000"):
     return {"schema": "gpufleet.billing.v1", "tenant": tenant, "pool": pool, "gpu_uuid": gpu, "job": job,
             "gpu_model": "H100", "period_start": start, "period_end": start + H, "rented_s": rented,
             "busy_s": rented - idle, "idle_s": idle, "price_per_gpu_hour": "2.000000", "amount": amount,
             "idle_amount": idle_amount, "currency": "USD", "node": "n1", "gpu_index": 0, "team": team,
             "billing_mode": "on_demand", "samples": int(rented // 5), "interval_s": 5.0, "estimated_s": estimated,
             "unbilled_s": 0.0, "minimum_topup_s": 0.0, "data_quality": "estimated" if estimated else "measured",
-            "util_pct": util, "busy_util_pct": busy_util, "amounts_by_mode": modes}
+            "util_pct": util, "busy_util_pct": busy_util, "amounts_by_mode": modes,
+            "underused_s": underused, "unused_amount": unused, "unsold_amount": "0.000000"}
 
 
 RECORDS = [
-    # January: acme's job j1 on g1 (half idle, then busy at 40 %) and g2 (idle throughout); globex on g3
+    # January: acme's job j1 on g1 (half idle, then busy at 40 %) and g2 (idle throughout); globex on g3. g1's
+    # busy time runs below 60 % in both hours: underused, its unused share 42 % of 1.00 and 60 % of 2.00
     record("g1", "acme", "j1", JAN, 3600.0, 1800.0, "2.000000", "1.000000", 30.0, 58.0,
-           {"on_demand": "2.000000", "usage": "1.500000"}, team="research"),
+           {"on_demand": "2.000000", "usage": "1.500000"}, team="research", underused=1800.0, unused="0.420000"),
     record("g1", "acme", "j1", JAN + H, 3600.0, 0.0, "2.000000", "0.000000", 40.0, 40.0,
-           {"on_demand": "2.000000", "usage": "3.000000"}, team="research"),
+           {"on_demand": "2.000000", "usage": "3.000000"}, team="research", underused=3600.0, unused="1.200000"),
     record("g2", "acme", "j1", JAN, 3600.0, 3600.0, "2.000000", "2.000000", 1.0, None,
            {"on_demand": "2.000000", "usage": "0.000000"}),
     record("g2", "acme", "j1", JAN + H, 3600.0, 3600.0, "2.000000", "2.000000", 2.0, None,

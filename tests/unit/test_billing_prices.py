@@ -34,7 +34,31 @@ def test_the_default_table_prices_every_gpu_at_2_an_hour_on_demand():
     assert t.price("reserved", "any-pool", "any-model", JAN) is None
     bill = t.bill(metered(rented=1_800_000, idle=900_000), "acme", "p", "m", t.share("m", None))
     assert bill == {"billing_mode": "on_demand", "price_per_gpu_hour": "2.000000", "amount": "1.000000",
-                    "idle_amount": "0.500000", "amounts_by_mode": {"on_demand": "1.000000"}}
+                    "idle_amount": "0.500000", "amounts_by_mode": {"on_demand": "1.000000"},
+                    "underused_ms": 0, "unused_amount": "0.000000", "unsold_amount": "0.000000"}
+
+
+def test_waste_as_its_one_definition_says_with_its_worked_example():
+    # an hour at 4.00: 10 minutes idle, 50 minutes busy at 20 %
+    busy, idle = 50 * 60_000, 10 * 60_000
+    m = metered(rented=busy + idle, idle=idle, busy_w=busy // 5, idle_w=0)
+    by_time = Tariff(BillingConfig(prices=[Price(per_gpu_hour=Decimal(4))]))
+    bill = by_time.bill(m, "acme", "p", "m", Fraction(1))
+    assert (bill["amount"], bill["idle_amount"]) == ("4.000000", "0.666667")
+    assert (bill["underused_ms"], bill["unused_amount"], bill["unsold_amount"]) == (busy, "2.666667", "0.000000")
+    by_use = Tariff(BillingConfig(prices=[Price(per_gpu_hour=Decimal(4)),
+                                          Price(mode="usage", per_gpu_hour=Decimal(4), weight="utilization")],
+                                  default_mode="usage"))
+    bill = by_use.bill(m, "acme", "p", "m", Fraction(1))
+    assert (bill["amount"], bill["idle_amount"]) == ("0.666667", "0.000000")
+    assert (bill["unused_amount"], bill["unsold_amount"]) == ("0.000000", "3.333333")   # the provider's loss
+    # at 60 % or more the busy time is not underused; idle is still idle, never counted twice
+    fair = by_time.bill(metered(rented=busy + idle, idle=idle, busy_w=busy * 3 // 5, idle_w=0), "a", "p", "m",
+                        Fraction(1))
+    assert (fair["underused_ms"], fair["unused_amount"], fair["idle_amount"]) == (0, "0.000000", "0.666667")
+    strict = Tariff(BillingConfig(prices=[Price(per_gpu_hour=Decimal(4))], underuse_pct=70))
+    assert strict.bill(metered(rented=busy + idle, idle=idle, busy_w=busy * 3 // 5, idle_w=0), "a", "p", "m",
+                       Fraction(1))["unused_amount"] == "1.333333"                   # 40 % of 3.33
 
 
 def test_a_pool_entry_beats_a_model_entry_beats_the_catch_all_and_a_change_applies_from_its_hour_on():
@@ -163,3 +187,11 @@ def test_bad_billing_settings_name_the_setting_in_one_line(tmp_path, toml, names
     with pytest.raises(SettingsError) as err:
         load_settings(str(cfg))
     assert names in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_default_flat_price_says_so_and_a_price_list_does_not():
+    from gpufleet.streams.billing.prices import BillingConfig
+    note = BillingConfig().default_price_note()
+    assert note == ("every amount uses the default price, a flat 2.00 USD per GPU-hour for every GPU model and pool: "
+                    "set billing.prices to your price list")
+    assert BillingConfig(prices=[{"match": "*", "per_gpu_hour": "2.50"}]).default_price_note() is None

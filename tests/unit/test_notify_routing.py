@@ -213,3 +213,23 @@ def test_an_alert_matching_both_sides_never_mutes_its_like():
     (rule,) = r.inhibit_rules
     one, two = labels(make(gpu="GPU-1")), labels(make(gpu="GPU-2"))
     assert not rule.mutes(one, two) and not rule.mutes(two, one)
+
+
+def test_the_example_routing_file_is_the_readme_s_and_never_pages_for_underuse(capsys):
+    from pathlib import Path
+
+    from gpufleet.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    example = root / "deploy" / "notify" / "routes.toml"
+    assert f"```toml\n{example.read_text()}```" in (root / "README.md").read_text()
+
+    def receivers(*labels: str) -> list[str]:
+        assert main(["notify", "routes", "test", "--routes", str(example), *labels]) == 0
+        return capsys.readouterr().out.strip().split(",")
+
+    for tenant in ("acme", "globex", ""):
+        for pool in ("h100-sxm-east", ""):
+            got = receivers("kind=underuse", "severity=info", f"tenant={tenant}", f"pool={pool}", "node=node-001")
+            assert got == (["acme-webhook"] if tenant == "acme" else ["fleet-slack"]), (tenant, pool, got)
+    assert receivers("kind=memory_leak", "severity=critical", "tenant=globex", "pool=p") == ["oncall", "alertmanager"]

@@ -6,6 +6,7 @@ other pages join the same service the same way. Handlers take a :class:`Request`
 """
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import threading
@@ -15,6 +16,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger("gpufleet.web")
+GZIP_MIN = 1024          # bytes: smaller answers go as they are
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header accepts gzip (``gzip;q=0`` refuses it)."""
+    for part in accept_encoding.split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip().lower() in ("gzip", "*"):
+            q = params.strip()
+            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
+    return False
 
 
 @dataclass(frozen=True)
@@ -80,12 +92,22 @@ def make_server(router: Router, host: str, port: int) -> ThreadingHTTPServer:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             response = router.handle(Request(method, parts.path, query, dict(self.headers.items())))
+            body = response.body
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
-            self.send_header("Content-Length", str(len(response.body)))
+            if len(body) >= GZIP_MIN:
+                self.send_header("Vary", "Accept-Encoding")
+                try:
+                    zipped = accepts_gzip(self.headers.get("Accept-Encoding", ""))
+                except ValueError:
+                    zipped = False
+                if zipped:
+                    body = gzip.compress(body, compresslevel=6, mtime=0)
+                    self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if not head:
-                self.wfile.write(response.body)
+                self.wfile.write(body)
 
         def do_GET(self):        # noqa: N802 (the standard library's names)
             self._serve("GET")

@@ -56,6 +56,31 @@ GROUP BY {column} ORDER BY idle_cost DESC"""
 
 
 FLEET_PANELS = [
+    ("row", "Waste: idle and underused GPUs"),
+    {"title": "Waste billed in the month of the range's end, by tenant", "type": "bargauge", "format": TABLE,
+     "w": 16, "h": 8, "unit": "currencyUSD",
+     "description": "What each tenant paid for idle time and for the unused share of underused time (busy below "
+                    "billing.underuse_pct), and the provider's unsold capacity where the tenant pays by use: the "
+                    "billing_waste view (docs/finance.md).",
+     "sql": f"""SELECT tenant, sum(idle_amount) AS idle, sum(unused_amount) AS unused, sum(unsold_amount) AS unsold
+FROM {DB}.billing_waste
+WHERE month = toStartOfMonth($__toTime) AND {POOLS}
+GROUP BY tenant
+ORDER BY idle + unused + unsold DESC"""},
+    {"title": "Idle and underused GPU-hours this month", "type": "stat", "format": TABLE, "w": 8, "h": 8,
+     "unit": "short",
+     "sql": f"""SELECT sum(idle_hours) AS idle_gpu_hours, sum(underused_hours) AS underused_gpu_hours,
+       sum(rented_hours) AS rented_gpu_hours
+FROM {DB}.billing_waste
+WHERE month = toStartOfMonth($__toTime) AND {POOLS}"""},
+    {"title": "Waste by day and pool", "type": "timeseries", "format": TIME_SERIES, "w": 24, "h": 8,
+     "unit": "currencyUSD",
+     "sql": f"""SELECT toDateTime(day) AS time, pool, sum(tenant_waste_amount) AS paid_by_tenants,
+       sum(unsold_amount) AS unsold
+FROM {DB}.billing_waste
+WHERE day >= toDate($__fromTime) AND day <= toDate($__toTime) AND {POOLS}
+GROUP BY time, pool
+ORDER BY time"""},
     ("row", "Utilization by node and GPU"),
     {"title": "Utilization by node and GPU", "type": "status-history", "format": TIME_SERIES, "w": 24, "h": 12,
      "unit": "percent", "description": "Mean utilization per GPU and interval (the fleet page's heat map).",
@@ -209,6 +234,15 @@ SERVICE_PANELS = [
                ("sum(increase(gpufleet_notify_ledger_failures_total[1h]))", "delivery log failures"),
                ("sum by (receiver) (increase(gpufleet_notify_throttled_seconds_total[1h]))",
                 "throttled (s) {{receiver}}")]},
+    ("row", "The fleet (gpufleet serve's gauges)"),
+    {"title": "GPUs by state", "unit": "short",
+     "exprs": [("sum by (state) (gpufleet_gpus)", "{{state}}")]},
+    {"title": "Waste per hour now, by pool", "unit": "short",
+     "exprs": [("sum by (pool, currency) (gpufleet_waste_per_hour)", "{{pool}} ({{currency}}/h)")]},
+    {"title": "Alerts firing, by kind and severity", "unit": "short",
+     "exprs": [("sum by (kind, severity) (gpufleet_alerts_firing)", "{{kind}} {{severity}}")]},
+    {"title": "Age of the newest telemetry", "unit": "s",
+     "exprs": [("gpufleet_telemetry_age_seconds", "age")]},
     ("row", "gpufleet serve (feed and fleet view)"),
     {"title": "Scale target, GPUs present and rented", "unit": "short",
      "exprs": [("gpufleet_scale_target_gpus", "target {{pool}}"), ("gpufleet_scale_current_gpus", "present {{pool}}"),

@@ -82,7 +82,8 @@ def report_command(args, settings: Settings, store, url: str | None = None) -> i
         document = fetch(f"{url}/report?{urlencode(query)}", "report").decode("utf-8")
     else:
         data = FleetData(store, settings.billing.currency, settings.serve.alert_days,
-                         silent_after_s=settings.stream.silent_after_s)
+                         silent_after_s=settings.stream.silent_after_s, underuse_pct=settings.billing.underuse_pct,
+                         price_note=settings.billing.default_price_note())
         document = pages.report(data, window, settings.serve.forecast_ahead_hours)
     write_document(out, document)
     who = f" for tenant {window.tenant}" if window.tenant else ""
@@ -120,7 +121,9 @@ def top_command(args, settings: Settings, store, url: str | None = None) -> int:
         if url is not None:
             return top.Snapshot(**json.loads(fetch(f"{url}/v1/top", "top")))
         return top.snapshot(FleetData(store, settings.billing.currency, settings.serve.alert_days,
-                                      silent_after_s=settings.stream.silent_after_s))
+                                      silent_after_s=settings.stream.silent_after_s,
+                                      underuse_pct=settings.billing.underuse_pct,
+                                      price_note=settings.billing.default_price_note()))
     if args.once:
         width = os.get_terminal_size().columns if sys.stdout.isatty() else 160
         for text, _ in top.render(read(), width, 10_000, args.interval):

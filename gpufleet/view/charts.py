@@ -26,6 +26,7 @@ def kind_colors() -> dict[str, str]:
     from gpufleet.models.detectors import colours
     return colours()
 IDLE, NOT_RENTED, NO_DATA = (228, 87, 46), (208, 211, 215), (247, 248, 249)
+UNDERUSED = (176, 122, 161)         # the underuse alert's colour
 # viridis at five stops: utilization 0 (dark) to 100 % (yellow)
 VIRIDIS = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
            (1.0, (253, 231, 37)))
@@ -229,6 +230,19 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
                 f"<title>{esc(title)}</title></path>")
         if row_h >= 9 or len(data.get("idle_now", [])) * 11 <= rows * row_h:
             svg.text(left + plot_w + 14, cy + 3.5, f"idle {minutes:.0f} min{cost}", size=10, fill=hex_rgb(IDLE))
+    # GPUs underused now (busy, below the underuse threshold over the last hour)
+    for g in data.get("underused_now", []):
+        row = index.get(g["gpu_uuid"])
+        if row is None:
+            continue
+        cy = top + row * row_h + row_h / 2
+        per_hour = f" · {float(g['waste_per_hour']):.2f} {currency}/h unused" if g.get("waste_per_hour") else ""
+        title = f"{g['node']} GPU {g['gpu_index']} ({g['tenant']}) underused: {g['util_pct']:.0f}%{per_hour}"
+        svg.add(f'<path class="underused-now" d="M{left + plot_w + 3},{cy:.1f} l8,-4.5 v9 z" '
+                f'fill="{hex_rgb(UNDERUSED)}"><title>{esc(title)}</title></path>')
+        if row_h >= 9:
+            svg.text(left + plot_w + 14, cy + 3.5, f"underused {g['util_pct']:.0f}%{per_hour.split(' unused')[0]}",
+                     size=10, fill=hex_rgb(UNDERUSED))
     # time axis
     y_bottom = top + rows * row_h
     _time_axis(svg, data["start"], data["end"], left, left + plot_w, top, y_bottom, grid=False)
@@ -239,14 +253,19 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
         svg.rect(lx + k * 2, ly - 9, 2.2, 10, hex_rgb(viridis(k / 49)))
     svg.text(lx - 4, ly, "0%", anchor="end", size=10, fill=MUTED)
     svg.text(lx + 104, ly, "100% utilization", size=10, fill=MUTED)
-    svg.legend([("idle window", hex_rgb(IDLE)), ("not rented", hex_rgb(NOT_RENTED)),
-                ("no telemetry", "#eceef0")], lx + 210, ly)
+    svg.legend([("idle window", hex_rgb(IDLE)), ("underused now", hex_rgb(UNDERUSED)),
+                ("not rented", hex_rgb(NOT_RENTED)), ("no telemetry", "#eceef0")], lx + 210, ly)
     svg.attrs.update({"data-t0": str(data["start"]), "data-bucket": str(data["bucket_s"]), "data-cols": str(n),
                       "data-left": str(left), "data-top": str(top), "data-row-h": str(row_h),
                       "data-plot-w": str(plot_w),
-                      "data-rows": json.dumps([f"{g['node']} GPU {g['gpu_index']} ({g['tenant'] or 'not rented'})"
-                                               for g in gpus], separators=(",", ":")),
-                      "data-cells": base64.b64encode(bytes(codes)).decode()})
+                      "data-rows": json.dumps([f"{g['node']} GPU {g['gpu_index']}" for g in gpus],
+                                              separators=(",", ":")),
+                      "data-cells": base64.b64encode(bytes(codes)).decode(),
+                      # the rental of each cell: an index into data-tenants (+1; 0: not rented), 2 bytes a cell
+                      "data-tenants": json.dumps(data.get("tenants", []), separators=(",", ":")),
+                      "data-tenant-cells": base64.b64encode(b"".join(
+                          (t + 1).to_bytes(2, "little") for g in gpus
+                          for t in g.get("tenant_col", [-1] * n))).decode()})
     return svg.render()
 
 
@@ -258,17 +277,21 @@ def bars(chart: str, label: str, rows: Sequence[tuple[str, Sequence[float | None
     bar_h = 14 if stacked else max(8, 16 // max(len(series), 1) + 4)
     row_h = (bar_h if stacked else bar_h * len(series)) + 10
     left, right, top = 150, 90, 28
-    height = top + max(len(rows), 1) * row_h + 8
+    plot_bottom = top + max(len(rows), 1) * row_h
+    height = plot_bottom + 22                      # room for the value axis
     svg = Svg(chart, width, height, label)
     plot_w = width - left - right
     totals = [sum(v or 0 for v in values) if stacked else max((v or 0 for v in values), default=0)
               for _, values in rows]
     top_value = max_value if max_value is not None else nice_max(max(totals, default=0))
     svg.legend(series, left, 14)
-    for k in range(1, 5):
-        x = left + plot_w * k / 4
-        svg.line(x, top - 4, x, height - 8)
     fmt = value_text or (lambda v: f"{fmt_number(v)}{unit}")
+    for k in range(0, 5):                        # the value axis: gridlines and their values
+        x = left + plot_w * k / 4
+        if k:
+            svg.line(x, top - 4, x, plot_bottom)
+        svg.text(x, plot_bottom + 14, fmt(top_value * k / 4) if top_value else "0", anchor="middle", size=10,
+                 fill=MUTED)
     for r, (name, values) in enumerate(rows):
         y = top + r * row_h
         svg.text(left - 8, y + (row_h - 10) / 2 + 4, name if len(name) <= 22 else name[:21] + "…", anchor="end")
@@ -287,7 +310,8 @@ def bars(chart: str, label: str, rows: Sequence[tuple[str, Sequence[float | None
             svg.marks += 1
         if stacked:
             svg.text(x + 4, y + bar_h - 3, fmt(totals[r]), size=10, fill=MUTED)
-    svg.line(left, top - 4, left, height - 8, stroke=MUTED)
+    svg.line(left, top - 4, left, plot_bottom, stroke=MUTED)
+    svg.line(left, plot_bottom, left + plot_w, plot_bottom, stroke=MUTED)
     return svg.render()
 
 
@@ -316,7 +340,7 @@ def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float
           band: Sequence[tuple[float, float, float]] | None = None, band_label: str = "p10–p90",
           band_color: str = "#4269d0", markers: Sequence[Marker] = (), spans: Sequence[tuple[float, float, str]] = (),
           now: float | None = None, y_max: float | None = None, width: int = 1100, height: int = 230,
-          y_format=None, now_label: str = "now") -> str:
+          y_format=None, now_label: str = "now", y_label: str = "") -> str:
     """Lines over time (gaps where a value is None), with an optional band, vertical markers (events), shaded
     spans (an incident) and a "now" rule between history and forecast."""
     left, right, top, bottom = 58, 16, 30, 24
@@ -375,6 +399,8 @@ def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float
         svg.line(x(now), top - 4, x(now), top + ph, stroke=INK, width=1, dash="4,3")
         svg.text(x(now) + 3, top + ph - 4, now_label, size=10, fill=MUTED)
     svg.line(left, top + ph, left + pw, top + ph, stroke=MUTED)
+    if y_label:                                   # the y axis's unit, above its values
+        svg.text(left - 6, top - 6, y_label, anchor="end", size=10, fill=MUTED)
     x_next = svg.legend([(s.name, s.color) for s in series if s.legend], left, 14, kind="line")
     if band:
         svg.legend([(band_label, band_color + "55")], x_next, 14)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gpufleet.contracts.waste import UNDERUSE_PCT
+
 CENT = Decimal("0.000001")
 BUCKETS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -117,13 +119,15 @@ class FleetData:
     """The reads behind the fleet page, the report, the terminal view and their JSON.
 
     ``store`` is a :class:`gpufleet.sql.store.Store` (only ``query`` is used); ``currency`` names money where the
-    store's records do not (setting billing.currency); incidents still firing are looked for ``alert_days`` back.
+    store's records do not (setting billing.currency); incidents still firing are looked for ``alert_days`` back;
+    ``underuse_pct`` is setting billing.underuse_pct (waste); ``price_note`` says that the prices are the default
+    flat one, where they are.
     """
 
     def __init__(self, store, currency: str = "USD", alert_days: float = 7.0, lock: threading.Lock | None = None,
-                 silent_after_s: float = 600.0):
+                 silent_after_s: float = 600.0, underuse_pct: float = UNDERUSE_PCT, price_note: str | None = None):
         self.store, self.currency, self.alert_days = store, currency, alert_days
-        self.silent_after_s = silent_after_s
+        self.silent_after_s, self.underuse_pct, self.price_note = silent_after_s, underuse_pct, price_note
         self.lock = lock or threading.Lock()
         self._memo: dict[tuple, object] = {}
 
@@ -158,17 +162,21 @@ class FleetData:
         n = int((end - start) // bucket)
         rows = self._rows(
             "SELECT gpu_uuid, any(node), any(gpu_index), any(pool), argMax(tenant, minute), "
-            "intDiv(toUnixTimestamp(minute) - %(b0)s, %(bucket)s) AS col, avg(util_pct_mean), max(tenant != '') "
+            "intDiv(toUnixTimestamp(minute) - %(b0)s, %(bucket)s) AS col, avg(util_pct_mean), max(tenant != ''), "
+            "argMaxIf(tenant, minute, tenant != '') "
             "FROM gpu_rollup_1m FINAL WHERE minute >= toDateTime(%(b0)s) AND minute < toDateTime(%(b1)s)"
             f"{w.tenant_filter()} GROUP BY gpu_uuid, col",
             {**w.params(), "b0": int(start), "b1": int(end), "bucket": bucket})
         gpus: dict[str, dict] = {}
-        for uuid, node, index, pool, tenant, col, util, rented in rows:
+        tenants: dict[str, int] = {}
+        for uuid, node, index, pool, tenant, col, util, rented, cell_tenant in rows:
             g = gpus.get(uuid)
             if g is None:
                 g = gpus[uuid] = {"gpu_uuid": uuid, "node": node, "gpu_index": int(index), "pool": pool,
                                   "tenant": tenant, "util_pct": [None] * n, "rented": [0] * n,
-                                  "idle_share": [0.0] * n, "_last": -1}
+                                  "tenant_col": [-1] * n, "idle_share": [0.0] * n, "_last": -1}
+            if cell_tenant:
+                g["tenant_col"][col] = tenants.setdefault(cell_tenant, len(tenants))
             if col > g["_last"]:
                 g["tenant"], g["_last"] = tenant, col
             g["util_pct"][col] = None if util is None else round(float(util), 1)
@@ -188,6 +196,7 @@ class FleetData:
         for g in ordered:
             del g["_last"]
         out = {"start": start, "end": end, "bucket_s": bucket, "columns": n, "gpus": ordered,
+               "tenants": list(tenants),
                "idle_now": [r for r in idle["runs"] if r["ongoing"]], "currency": idle["currency"],
                "silent": self.silent(w) if ordered else []}
         if not ordered:
@@ -371,7 +380,11 @@ class FleetData:
 
     # -- utilization and idle cost by pool and tenant ----------------------------------------
     def usage(self, w: Window) -> dict:
-        """By pool and by tenant over the window: GPUs, GPU-hours, mean utilization, idle hours and their cost."""
+        """By pool and by tenant over the window: GPUs, GPU-hours, mean utilization, idle hours and their cost.
+        GPU-hours and rented GPU-hours count minutes of telemetry (a GPU rented in a minute counts the minute);
+        ``billed_rented_hours`` is the billing records' rented time of the periods that start in the window (or at
+        its end: a last sample's time may run into the next period), to the millisecond, as the billing section and
+        ``gpufleet bill`` sum it."""
         minutes = max((w.end - w.start) / 60, 1)
         pools = self._rows(
             "SELECT pool, uniqExact(gpu_uuid), count(), countIf(tenant != ''), avg(util), avgIf(util, tenant != '') "
@@ -381,6 +394,10 @@ class FleetData:
             "SELECT tenant, uniqExact(gpu_uuid), count(), avg(util) FROM usage_gpu_1m FINAL "
             "WHERE minute >= toDateTime(%(start)s) AND minute < toDateTime(%(end)s) AND tenant != ''"
             f"{w.tenant_filter()} GROUP BY tenant ORDER BY tenant", w.params())
+        billed = {dim: {k: round(float(v) / 3600, 3) for k, v in self._rows(
+            f"SELECT {dim}, sum(rented_s) FROM billing_ledger FINAL WHERE period_start >= toDateTime(%(start)s) "
+            f"AND period_start <= toDateTime(%(end)s){w.tenant_filter()} GROUP BY {dim}", w.params())}
+            for dim in ("pool", "tenant")}
         idle = self.idle(w)
         by: dict[str, dict[str, list]] = {"pool": {}, "tenant": {}}
         for r in idle["runs"]:
@@ -399,10 +416,12 @@ class FleetData:
         out = {"start": w.start, "end": w.end, "currency": idle["currency"],
                "pools": [{"pool": p, "gpus": int(g), "gpus_mean": round(n / minutes, 2),
                           "gpu_hours": round(n / 60, 2), "rented_gpu_hours": round(r / 60, 2),
-                          "util_pct": _round(u), "rented_util_pct": _round(ru), **idle_of("pool", p)}
+                          "util_pct": _round(u), "rented_util_pct": _round(ru),
+                          "billed_rented_hours": billed["pool"].get(p, 0.0), **idle_of("pool", p)}
                          for p, g, n, r, u, ru in pools],
                "tenants": [{"tenant": t, "gpus": int(g), "gpus_mean": round(n / minutes, 2),
-                            "gpu_hours": round(n / 60, 2), "util_pct": _round(u), **idle_of("tenant", t)}
+                            "gpu_hours": round(n / 60, 2), "util_pct": _round(u),
+                            "billed_rented_hours": billed["tenant"].get(t, 0.0), **idle_of("tenant", t)}
                            for t, g, n, u in tenants]}
         if not pools:
             out["empty"] = self._no_telemetry(w)
@@ -480,14 +499,14 @@ class FleetData:
                   "rented_hours": round(float(r) / 3600, 3), "busy_hours": round(float(b) / 3600, 3),
                   "idle_hours": round(float(s) / 3600, 3), "gpus": int(g)} for t, p, c, a, i, r, b, s, g, _ in rows]
         totals: dict[str, dict] = {}
-        for line in lines:
+        for line, row in zip(lines, rows):
             key = line["tenant"]
             acc = totals.setdefault(key, {"tenant": key, "currency": line["currency"], "amount": Decimal(0),
                                           "idle_amount": Decimal(0), "rented_hours": 0.0, "idle_hours": 0.0})
             acc["amount"] += Decimal(line["amount"])
             acc["idle_amount"] += Decimal(line["idle_amount"])
-            acc["rented_hours"] += line["rented_hours"]
-            acc["idle_hours"] += line["idle_hours"]
+            acc["rented_hours"] += float(row[5]) / 3600          # from the exact seconds, rounded once
+            acc["idle_hours"] += float(row[7]) / 3600
         tenants = sorted(totals.values(), key=lambda t: -t["amount"])
         currencies = sorted({t["currency"] for t in tenants})
         out = {"start": start, "end": end, "month": dt.datetime.fromtimestamp(start, dt.UTC).strftime("%Y-%m")
@@ -506,6 +525,121 @@ class FleetData:
                             "written once its billing period (billing.period_s) has closed in event time, and only "
                             "while billing.enabled is true")
         return out
+
+    # -- waste: idle and underused GPUs, now and so far --------------------------------
+    def waste(self, end: float, tenant: str | None = None, recent_s: float = 300, window_s: float = 3600) -> dict:
+        """Waste by the one definition (gpufleet/contracts/waste.py), by pool and by tenant.
+
+        Now (at ``end``): the GPUs that reported in the last ``recent_s``; rented ones are idle (in an idle run
+        still open), underused (busy, and their rented minutes of the last ``window_s`` averaged below
+        ``underuse_pct``) or busy; waste per hour is an idle GPU's price per GPU-hour and an underused one's
+        unused share of it, at the price of its latest billing record. So far: today's and this month's billing
+        records (closed periods) as the ledger holds them: idle and underused GPU-hours, what the tenants paid
+        for them (``idle_amount + unused_amount``) and the provider's unsold capacity (``unsold_amount``)."""
+        return self._once(("waste", end, tenant, recent_s, window_s),
+                          lambda: self._waste(end, self.underuse_pct, tenant, recent_s, window_s))
+
+    def _waste(self, end: float, underuse_pct: float, tenant: str | None, recent_s: float, window_s: float) -> dict:
+        w = Window(end - window_s, end, tenant)
+        rows = self._rows(
+            "SELECT gpu_uuid, tenant, any(node), any(gpu_index), any(pool), argMax(job, minute), "
+            "toUnixTimestamp(max(minute)), count(), avg(util_pct_mean) FROM gpu_rollup_1m "
+            "WHERE minute >= toDateTime(%(start)s) AND minute < toDateTime(%(end)s)"
+            f"{w.tenant_filter()} GROUP BY gpu_uuid, tenant", w.params())
+        gpus: dict[str, dict] = {}
+        for uuid, ten, node, index, pool, job, last, n, util in rows:
+            g = gpus.get(uuid)
+            if g is None or last > g["_last"]:
+                gpus[uuid] = {"gpu_uuid": uuid, "node": node, "gpu_index": int(index), "pool": pool,
+                              "tenant": ten or None, "job": job or None, "_last": float(last),
+                              "util_pct": None if util is None else round(float(util), 1), "minutes": int(n)}
+        installed = {u: g for u, g in gpus.items() if g["_last"] + 60 > end - recent_s}
+        idle_now = {r["gpu_uuid"] for r in self.idle(Window(end - recent_s, end, tenant))["runs"] if r["ongoing"]}
+        prices = dict(((u, (p, c)) for u, p, c in self._rows(
+            "SELECT gpu_uuid, argMax(price_per_gpu_hour, period_start), argMax(currency, period_start) "
+            "FROM billing_ledger WHERE period_start >= toDateTime(%(since)s) AND period_start < toDateTime(%(end)s) "
+            f"{w.tenant_filter()} GROUP BY gpu_uuid", {**w.params(), "since": int(end - 2 * 86400)})))
+        by: dict[str, dict[str, dict]] = {"pool": {}, "tenant": {}}
+        listed: list[dict] = []
+
+        def acc(dim: str, key: str | None) -> dict:
+            return by[dim].setdefault(key or "", {dim: key, "gpus": 0, "rented": 0, "busy": 0, "idle": 0,
+                                                  "underused": 0, "waste_per_hour": Decimal(0),
+                                                  "price_unknown": 0})
+        for g in installed.values():
+            g.pop("_last")
+            rented = g["tenant"] is not None
+            state = ("idle" if g["gpu_uuid"] in idle_now else
+                     "underused" if g["util_pct"] is not None and g["util_pct"] < underuse_pct else "busy") \
+                if rented else "free"
+            price, currency = prices.get(g["gpu_uuid"], (None, None))
+            per_hour = None
+            if state in ("idle", "underused") and price is not None:
+                share = Decimal(1) if state == "idle" else Decimal(1) - Decimal(str(g["util_pct"])) / 100
+                per_hour = Decimal(price) * share
+            g.update({"state": state, "price_per_gpu_hour": money(price) if price is not None else None,
+                      "waste_per_hour": money(per_hour) if per_hour is not None else None,
+                      "currency": currency or self.currency})
+            for dim in ("pool",) + (("tenant",) if rented else ()):
+                a = acc(dim, g[dim])
+                a["gpus"] += 1
+                if rented:
+                    a["rented"] += 1
+                    a["busy" if state in ("busy", "underused") else "idle"] += 1
+                    a["underused"] += state == "underused"
+                if per_hour is not None:
+                    a["waste_per_hour"] += per_hour
+                elif state in ("idle", "underused"):
+                    a["price_unknown"] += 1
+            if state in ("idle", "underused"):
+                listed.append(g)
+        day = math.floor((end - 1) / 86400) * 86400          # the UTC day and month of the moment shown
+        month = month_start(end - 1)
+        for dim in ("pool", "tenant"):
+            for key, name, c, *sums in self._rows(
+                    f"SELECT {dim}, toStartOfDay(period_start) >= toDateTime(%(day)s) AS today, currency, "
+                    "sum(idle_s), sum(underused_s), sum(idle_amount), sum(unused_amount), sum(unsold_amount) "
+                    "FROM billing_ledger FINAL WHERE period_start >= toDateTime(%(month)s) "
+                    f"AND period_start < toDateTime(%(until)s){w.tenant_filter()} GROUP BY {dim}, today, currency",
+                    {**w.params(), "day": int(day), "month": int(min(month, day)), "until": int(day + 86400)}):
+                a = acc(dim, key)
+                for span in (("today", "month") if name else ("month",)):
+                    t = a.setdefault(span, {"idle_hours": 0.0, "underused_hours": 0.0, "idle_amount": Decimal(0),
+                                            "unused_amount": Decimal(0), "unsold_amount": Decimal(0),
+                                            "currency": c})
+                    t["idle_hours"] += float(sums[0]) / 3600
+                    t["underused_hours"] += float(sums[1]) / 3600
+                    t["idle_amount"] += Decimal(sums[2])
+                    t["unused_amount"] += Decimal(sums[3])
+                    t["unsold_amount"] += Decimal(sums[4])
+
+        def shown(a: dict) -> dict:
+            out = {**a, "waste_per_hour": money(a["waste_per_hour"])}
+            for span in ("today", "month"):
+                t = a.get(span) or {"idle_hours": 0.0, "underused_hours": 0.0, "idle_amount": 0, "unused_amount": 0,
+                                    "unsold_amount": 0, "currency": self.currency}
+                out[span] = {"idle_hours": round(t["idle_hours"], 3), "underused_hours": round(t["underused_hours"], 3),
+                             "idle_amount": money(t["idle_amount"]), "unused_amount": money(t["unused_amount"]),
+                             "tenant_waste_amount": money(Decimal(t["idle_amount"]) + Decimal(t["unused_amount"])),
+                             "unsold_amount": money(t["unsold_amount"]), "currency": t["currency"]}
+            return out
+        pools = [shown(a) for _, a in sorted(by["pool"].items())]
+        tenants = sorted((shown(a) for a in by["tenant"].values()),
+                         key=lambda a: (-Decimal(a["waste_per_hour"]), a["tenant"] or ""))
+        listed.sort(key=lambda g: (-Decimal(g["waste_per_hour"] or 0), g["node"], g["gpu_index"]))
+        total = {k: sum(a[k] for a in by["pool"].values()) for k in ("gpus", "rented", "busy", "idle", "underused",
+                                                                      "price_unknown")}
+        total["waste_per_hour"] = sum((a["waste_per_hour"] for a in by["pool"].values()), Decimal(0))
+        for span in ("today", "month"):
+            parts = [a[span] for a in by["pool"].values() if span in a]
+            if parts:
+                total[span] = {k: sum((p[k] for p in parts), type(parts[0][k])(0)) for k in
+                               ("idle_hours", "underused_hours", "idle_amount", "unused_amount", "unsold_amount")}
+                total[span]["currency"] = parts[0]["currency"]
+        total = shown(total)
+        return {"at": end, "underuse_pct": underuse_pct, "recent_s": recent_s, "window_s": window_s,
+                "day_start": day, "month_start": month, "currency": self.currency, "total": total, "pools": pools,
+                "tenants": tenants, "gpus": listed}
 
     # -- one incident ---------------------------------------------------------------
     def incident(self, id_: str, pad_s: float = 1800, most_s: float = 12 * 3600, peers: int = 48) -> dict | None:

@@ -58,6 +58,7 @@ var maps=document.querySelectorAll('svg[data-chart=heatmap]');
 for(var k=0;k<maps.length;k++){(function(svg){
 var a=function(n){return svg.getAttribute(n);};
 var rows=JSON.parse(a('data-rows')),cells=atob(a('data-cells')),cols=+a('data-cols'),left=+a('data-left'),
+tenants=JSON.parse(a('data-tenants')||'[]'),tc=atob(a('data-tenant-cells')||''),
 top=+a('data-top'),rh=+a('data-row-h'),pw=+a('data-plot-w'),t0=+a('data-t0'),b=+a('data-bucket');
 svg.addEventListener('mousemove',function(e){
 var r=svg.getBoundingClientRect(),s=svg.viewBox.baseVal.width/r.width;
@@ -65,7 +66,9 @@ var c=Math.floor(((e.clientX-r.left)*s-left)/pw*cols),i=Math.floor(((e.clientY-r
 if(c<0||c>=cols||i<0||i>=rows.length){tip.style.display='none';return;}
 var v=cells.charCodeAt(i*cols+c),t=new Date((t0+c*b)*1000).toISOString().slice(0,16).replace('T',' ');
 var what=v==255?'no telemetry':v==254?'not rented':v>=128?(v-128)+'% utilization, idle':v+'% utilization';
-tip.textContent=rows[i]+' \\u00b7 '+t+' UTC \\u00b7 '+what;tip.style.display='block';
+var k=2*(i*cols+c),ti=tc.length>k+1?tc.charCodeAt(k)+256*tc.charCodeAt(k+1):0;
+var who=v==255||v==254?'':ti?'rented by '+tenants[ti-1]+' \\u00b7 ':'';
+tip.textContent=rows[i]+' \\u00b7 '+t+' UTC \\u00b7 '+who+what;tip.style.display='block';
 tip.style.left=(e.pageX+12)+'px';tip.style.top=(e.pageY+12)+'px';});
 svg.addEventListener('mouseleave',function(){tip.style.display='none';});
 })(maps[k]);}
@@ -95,7 +98,8 @@ def fleet_page(data: FleetData, w: Window, demand_hours: float, ahead_hours: flo
     """The page an operator opens every morning: what is wasting money or slowing tenants now, and since when."""
     latest = data.latest()
     demand_w = Window(w.end - demand_hours * 3600, w.end, w.tenant)
-    parts = [sec.heatmap_section(data, w), sec.alerts_section(data, w), sec.usage_section(data, w),
+    parts = [sec.waste_section(data, w), sec.heatmap_section(data, w), sec.alerts_section(data, w),
+             sec.usage_section(data, w),
              sec.demand_section(data, demand_w, ahead_hours * 3600), sec.billing_section(data, w)]
     spans = " · ".join(f'<a href="?{urlencode({"hours": h})}">{label}</a>'
                        for h, label in ((6, "6 h"), (24, "24 h"), (168, "7 days")))
@@ -136,7 +140,8 @@ def report(data: FleetData, w: Window, ahead_hours: float = 24) -> str:
         demand = sec.tenant_demand_section(data, w)
     else:
         demand = sec.demand_section(data, w, ahead_hours * 3600, now_label="end of the period")
-    parts = [sec.heatmap_section(data, w, links=False, idle_title="Idle at the end of the period"),
+    parts = [sec.waste_section(data, w, links=False, title="Waste at the end of the period"),
+             sec.heatmap_section(data, w, links=False, idle_title="Idle at the end of the period"),
              sec.alerts_section(data, w, links=False, firing_title="Still firing at the end of the period"),
              sec.usage_section(data, w), demand, sec.billing_section(data, w, month=False)]
     parts = [sec.Section(s.id, s.title, s.body) for s in parts]       # no endpoint to link to

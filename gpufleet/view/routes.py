@@ -1,11 +1,12 @@
 """The fleet page, the incident pages and the JSON behind every chart, mounted on ``gpufleet serve``'s router.
 
 Pages: ``GET /`` (the fleet page), ``GET /incident?id=ID`` (one incident and the telemetry around it).
-JSON: ``/v1/fleet/heatmap``, ``/v1/fleet/alerts``, ``/v1/fleet/idle``, ``/v1/fleet/usage``, ``/v1/fleet/demand``,
-``/v1/fleet/billing``, ``/v1/incident?id=ID``. Every one takes ``to`` (UTC ``YYYY-MM-DD[THH:MM]`` or Unix seconds;
-default: the end of the latest telemetry stored) and ``hours`` (default: setting serve.view_hours; for demand
-serve.demand_hours), and, except the incident, ``tenant``. ``/report?from=&to=`` and ``/v1/top`` are what
-``gpufleet report`` and ``gpufleet top`` read through a running server when it holds the embedded store. Only reads.
+JSON: ``/v1/fleet/waste``, ``/v1/fleet/heatmap``, ``/v1/fleet/alerts``, ``/v1/fleet/idle``, ``/v1/fleet/usage``,
+``/v1/fleet/demand``, ``/v1/fleet/billing``, ``/v1/incident?id=ID``. Every one takes ``to`` (UTC
+``YYYY-MM-DD[THH:MM]`` or Unix seconds; default: the end of the latest telemetry stored) and ``hours`` (default:
+setting serve.view_hours; for demand serve.demand_hours), and, except the incident, ``tenant``.
+``/report?from=&to=`` and ``/v1/top`` are what ``gpufleet report`` and ``gpufleet top`` read through a running
+server when it holds the embedded store. ``/metrics`` adds the fleet gauges (``gauges.py``). Only reads.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from gpufleet.contracts.waste import UNDERUSE_PCT
 from gpufleet.view import pages, top
 from gpufleet.view.charts import esc
 from gpufleet.view.data import FleetData, ViewError, Window, parse_hours, parse_time
+from gpufleet.view.gauges import FleetGauges
 from gpufleet.web import Request, Response, Router, error, json_response
 
 HTML = "text/html; charset=utf-8"
@@ -31,7 +34,7 @@ def html_error(status: int, message: str) -> Response:
 
 
 def mount(router: Router, store, serve, currency: str, registry: CollectorRegistry | None = None,
-          silent_after_s: float = 600.0) -> None:
+          silent_after_s: float = 600.0, underuse_pct: float = UNDERUSE_PCT, price_note: str | None = None) -> None:
     """Add the view's routes to ``router``, reading ``store``; ``serve`` is the serve settings section,
     ``currency`` the billing currency; the request counts and page times go to ``registry`` (``/metrics``)."""
     lock = threading.Lock()
@@ -42,7 +45,7 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
                         ["path"], registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 
     def reader() -> FleetData:          # one per request: its reads are shared by the sections of one answer
-        return FleetData(store, currency, serve.alert_days, lock, silent_after_s)
+        return FleetData(store, currency, serve.alert_days, lock, silent_after_s, underuse_pct, price_note)
 
     def window(data: FleetData, request: Request, hours_default: float) -> Window:
         q = request.query
@@ -85,6 +88,16 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
             return error(400, "query parameter id is required, e.g. /v1/incident?id=04e68fe3b528")
         found = reader().incident(id_)
         return json_response(found) if found else error(404, f"no incident with id {id_!r}")
+
+    registry.register(FleetGauges(reader))
+
+    def waste(request: Request) -> Response:
+        data = reader()
+        q = request.query
+        end = parse_time(q["to"], "to") if q.get("to") else data.latest()
+        if end is None:
+            return json_response({"empty": data._no_telemetry(Window(0, 1))})
+        return json_response(data.waste(end, q.get("tenant", "").strip() or None))
 
     def heatmap(request: Request) -> Response:
         data = reader()
@@ -142,6 +155,8 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
             ("/v1/incident", incident_json, "an incident and the telemetry around it, ?id=", False),
             ("/v1/fleet/heatmap", heatmap, "utilization by GPU and time bucket, idle windows, GPUs idle now, silent "
              "nodes", False),
+            ("/v1/fleet/waste", waste, "idle and underused GPUs now with the money per hour, and the waste "
+             "billed today and this month, by pool and tenant", False),
             ("/v1/fleet/alerts", alerts, "incidents firing, and resolved in the window", False),
             ("/v1/fleet/idle", idle, "idle runs in the window with their cost", False),
             ("/v1/fleet/usage", usage, "utilization and idle cost by pool and tenant", False),

@@ -74,6 +74,8 @@ def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str |
         return Section("heatmap", title or "Utilization by node and GPU", empty(h["empty"]),
                        f"v1/fleet/heatmap?{_query(w)}")
     cur = h["currency"]
+    if w.end >= (data.latest() or 0):      # the heat map ends now: mark the GPUs underused now
+        h = {**h, "underused_now": [g for g in data.waste(w.end, w.tenant)["gpus"] if g["state"] == "underused"]}
     idle_rows = [(r["node"], r["gpu_index"], r["pool"], r["tenant"], r["job"] or "", _when(r["start"]),
                   _duration(r["idle_s"]), _money(r["price_per_gpu_hour"], cur),
                   Raw(f"<b>{esc(_money(r['cost_so_far'], cur))}</b>"),
@@ -82,7 +84,8 @@ def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str |
     bucket = h["bucket_s"]
     note = (f'<p class="note">{len(h["gpus"])} GPUs, mean utilization per {bucket // 60} min from {iso(h["start"])} '
             f"to {iso(h['end'])}. Red: in an idle window (rented, below the idle threshold for the idle window or "
-            "longer) for at least half the cell." +
+            "longer) for at least half the cell. Marked at the right: GPUs idle now (red) and underused now "
+            "(purple: busy below the underuse threshold over the last hour)." +
             (f" Only {esc(w.tenant)}'s rentals: other times are blank." if w.tenant else "") + "</p>")
     idle = (f'<h3>{esc(idle_title)} ({len(idle_rows)})</h3>' + table(
         ["node", "GPU", "pool", "tenant", "job", "idle since", "for", "price / GPU-hour", "cost so far", ""],
@@ -97,6 +100,64 @@ def heatmap_section(data: FleetData, w: Window, links: bool = True, title: str |
     return Section("heatmap", title or "Utilization by node and GPU",
                    note + '<div class="scroll">' + charts.heatmap(h) + "</div>" + quiet + idle,
                    f"v1/fleet/heatmap?{_query(w)}")
+
+
+# -- waste -------------------------------------------------------------------------------
+def _hours(h: float) -> str:
+    return f"{h:,.1f}"
+
+
+def waste_section(data: FleetData, w: Window, links: bool = True, title: str = "Waste") -> Section:
+    """Idle and underused GPUs now, the money they waste per hour, and the waste billed today and this month, by
+    pool and tenant (one definition: gpufleet/contracts/waste.py)."""
+    x = data.waste(w.end, w.tenant)
+    json_url = f"v1/fleet/waste?{urlencode({'to': int(w.end), **({'tenant': w.tenant} if w.tenant else {})})}"
+    t, cur = x["total"], x["currency"]
+    if not t["gpus"] and not x["pools"]:
+        return Section("waste", title, empty(data._no_telemetry(Window(w.end - 300, w.end, w.tenant))), json_url)
+    today, month = t["today"], t["month"]
+    unknown = (f" ({t['price_unknown']} without a billing record yet, not priced)" if t["price_unknown"] else "")
+    unsold = Decimal(month["unsold_amount"])
+    lead = (f"<b>{esc(_money(t['waste_per_hour'], cur))} an hour</b> wasted at {esc(iso(x['at']))}: "
+            f"{t['idle']} idle and {t['underused']} underused of {t['rented']} rented GPUs{esc(unknown)}. Billed "
+            f"today: <b>{esc(_money(today['tenant_waste_amount'], cur))}</b> paid by tenants for idle and unused time "
+            f"({_hours(today['idle_hours'])} idle, {_hours(today['underused_hours'])} underused GPU-hours); this "
+            f"month <b>{esc(_money(month['tenant_waste_amount'], cur))}</b>" +
+            (f", and {esc(_money(month['unsold_amount'], cur))} of the provider's unsold capacity (tenants billed "
+             "by use)" if unsold else "") + ".")
+    if data.price_note:
+        lead += f' <b class="default-price">Note: {esc(data.price_note)}.</b>'
+    note = (f'<p class="note">{lead}</p><p class="note">Idle: rented, in an idle window. Underused: busy, below '
+            f"{x['underuse_pct']:g} % utilization on average (over the last hour now; per billing period on the "
+            "bill), its unused share counted as waste. Money at each GPU's price per GPU-hour; billed amounts from "
+            "the closed billing records of today and this month (UTC).</p>")
+
+    def row(a: dict, name) -> tuple:
+        return (name, a["rented"], a["idle"], a["underused"], _money(a["waste_per_hour"], cur),
+                _money(a["today"]["tenant_waste_amount"], cur), _money(a["month"]["tenant_waste_amount"], cur),
+                _money(a["month"]["unsold_amount"], cur))
+    heads = ["rented GPUs", "idle", "underused", "waste / hour now", "waste today", "waste this month",
+             "unsold this month"]
+    pools = table(["pool", *heads], [row(p, Raw(f'<a href="#waste-{esc(p["pool"])}">{esc(p["pool"])}</a>'))
+                                     for p in x["pools"]], numeric=range(1, 8))
+    tenants = table(["tenant", *heads], [row(a, Raw(f'<a href="?{urlencode({"tenant": a["tenant"]})}">'
+                                                   f'{esc(a["tenant"])}</a>') if links else a["tenant"])
+                                         for a in x["tenants"]], numeric=range(1, 8))
+    gpus = ""
+    for p in x["pools"]:
+        mine = [g for g in x["gpus"] if g["pool"] == p["pool"]]
+        if not mine:
+            continue
+        gpus += (f'<h3 id="waste-{esc(p["pool"])}">{esc(p["pool"])}: idle and underused GPUs now '
+                 f"<small>{len(mine)}</small></h3>" + table(
+                     ["node", "GPU", "tenant", "job", "state", "utilization, last hour", "price / GPU-hour",
+                      "waste / hour"],
+                     [(g["node"], g["gpu_index"], g["tenant"], g["job"] or "", g["state"],
+                       "" if g["util_pct"] is None else f"{g['util_pct']:.0f} %",
+                       _money(g["price_per_gpu_hour"], cur), _money(g["waste_per_hour"], cur)) for g in mine],
+                     numeric=(1, 5, 6, 7)))
+    return Section("waste", title, note + "<h3>By pool</h3>" + pools + "<h3>By tenant</h3>" + tenants + gpus,
+                   json_url)
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -157,33 +218,41 @@ def usage_section(data: FleetData, w: Window) -> Section:
     def cost(row):
         return float(row["idle_cost"])
     money_text = lambda v: f"{v:,.2f} {cur}"   # noqa: E731
+    any_idle = any(cost(r) for r in (*pools, *tenants))
     grid = ['<div class="grid">',
             charts.bars("pool-utilization", "Utilization by pool",
                         [(p["pool"], [p["util_pct"], p["rented_util_pct"]]) for p in pools],
                         [("all GPUs", charts.color(0)), ("rented GPUs", charts.color(3))], unit="%", max_value=100),
-            charts.bars("pool-idle-cost", "Idle cost by pool", [(p["pool"], [cost(p)]) for p in pools],
-                        [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))], value_text=money_text),
             charts.bars("tenant-utilization", "Utilization by tenant",
                         [(t["tenant"], [t["util_pct"]]) for t in tenants], [("rented GPUs", charts.color(3))],
-                        unit="%", max_value=100),
-            charts.bars("tenant-idle-cost", "Idle cost by tenant", [(t["tenant"], [cost(t)]) for t in tenants],
-                        [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))], value_text=money_text),
-            "</div>"]
-    rows = [(p["pool"], p["gpus"], p["gpus_mean"], p["gpu_hours"], p["rented_gpu_hours"], p["util_pct"],
+                        unit="%", max_value=100)]
+    if any_idle:            # no empty panels: the idle cost charts only where something was idle
+        grid += [charts.bars("pool-idle-cost", "Idle cost by pool", [(p["pool"], [cost(p)]) for p in pools],
+                             [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))], value_text=money_text),
+                 charts.bars("tenant-idle-cost", "Idle cost by tenant", [(t["tenant"], [cost(t)]) for t in tenants],
+                             [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))], value_text=money_text)]
+    grid.append("</div>" + ("" if any_idle else '<p class="note">No rented GPU was idle in this period: no idle '
+                                                  "cost.</p>"))
+    rows = [(p["pool"], p["gpus"], p["gpus_mean"], p["gpu_hours"], p["billed_rented_hours"], p["util_pct"],
              p["rented_util_pct"], p["idle_gpu_hours"], _money(p["idle_cost"], cur) +
              (" (some unpriced)" if p["idle_cost_partial"] else "")) for p in pools]
-    trows = [(t["tenant"], t["gpus"], t["gpus_mean"], t["gpu_hours"], t["util_pct"], t["idle_gpu_hours"],
+    trows = [(t["tenant"], t["gpus"], t["gpus_mean"], t["billed_rented_hours"], t["util_pct"], t["idle_gpu_hours"],
               _money(t["idle_cost"], cur)) for t in tenants]
     body = (f'<p class="note">From {esc(iso(w.start))} to {esc(iso(w.end))}. Idle cost: the idle windows\' time in '
-            "this period at the price the idle alert priced it (setting billing.prices).</p>" + "".join(grid) +
+            "this period at the price the idle alert priced it (setting billing.prices). GPU-hours: minutes of "
+            "telemetry; rented GPU-hours: the billing records' rented time of the periods that start in this "
+            "period, as the billing section counts it.</p>" + "".join(grid) +
             table(["pool", "GPUs", "mean GPUs", "GPU-hours", "rented GPU-hours", "util %", "rented util %",
                    "idle GPU-hours", "idle cost"], rows, numeric=range(1, 9)) +
-            table(["tenant", "GPUs", "mean GPUs", "GPU-hours", "util %", "idle GPU-hours", "idle cost"], trows,
+            table(["tenant", "GPUs", "mean GPUs", "rented GPU-hours", "util %", "idle GPU-hours", "idle cost"], trows,
                   numeric=range(1, 7)))
     return Section("usage", title, body, json_url)
 
 
 # -- demand, forecasts and scale decisions ----------------------------------------------
+FORECAST = charts.color(6)      # the forecast and its band (purple): apart from the history and the scale target
+
+
 def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = "now") -> Section:
     d = data.demand(w, ahead_s)
     json_url = f"v1/fleet/demand?{_query(w, ahead_hours=round(ahead_s / 3600, 4))}"
@@ -197,15 +266,18 @@ def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = 
              "hollow when a dry run).</p>"]
     if d.get("no_forecast"):
         parts.append(f'<p class="note">{esc(d["no_forecast"][0].upper() + d["no_forecast"][1:])}.</p>')
+    history = w.end - t0
     for p in d["pools"]:
         f = p["forecast"]
+        # busy under rented as a wide pale band, so that both show where they are equal
         series = [Series("total GPUs", [(x["ts"], x["total_gpus"]) for x in p["demand"]], "#9498a0", width=1.4),
-                  Series("rented", [(x["ts"], x["rented_gpus"]) for x in p["demand"]], charts.color(0)),
-                  Series("busy", [(x["ts"], x["busy_gpus"]) for x in p["demand"]], charts.color(4), width=1.4)]
+                  Series("busy", [(x["ts"], x["busy_gpus"]) for x in p["demand"]], charts.color(4), width=5,
+                         opacity=0.45),
+                  Series("rented", [(x["ts"], x["rented_gpus"]) for x in p["demand"]], charts.color(0), width=1.6)]
         band = None
         if f:
-            series.append(Series("forecast", [(x["ts"], x["demand_gpus"]) for x in f["points"]], charts.color(0),
-                                 dash="5,3"))
+            series.append(Series("forecast (rented)", [(x["ts"], x["demand_gpus"]) for x in f["points"]],
+                                 FORECAST, dash="5,3"))
             band = [(x["ts"], x["p10"], x["p90"]) for x in f["points"]]
         events = p["scale_events"]
         if events:
@@ -213,11 +285,15 @@ def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = 
                                  [(w.end, events[-1]["target_gpus"])], charts.color(2), width=1.6, step=True))
         markers = [Marker(e["at"], f"{e['action']} to {e['target_gpus']} GPUs{' (dry run)' if e['dry_run'] else ''}:"
                                    f" {e['reason']}", charts.color(2), _symbol(e)) for e in events]
-        end = max([w.end] + ([f["points"][-1]["ts"]] if f else []))
+        # the forecast drawn as far ahead as the history shown goes back (3 hours at least): a young store's few
+        # hours of history keep half the width
+        ahead = min(f["points"][-1]["ts"] - w.end, max(history, 3 * 3600)) if f else 0.0
+        end = w.end + max(ahead, 0.0)
         made = f"forecast made {iso(f['made_at'])}" if f else "no forecast"
         parts.append(f"<h3>{esc(p['pool'])} <small>{esc(made)}</small></h3>" +
                      charts.lines(f"demand-{p['pool']}", f"Demand of {p['pool']}", series, t0, end, band=band,
-                                  markers=markers, now=w.end, height=210, now_label=now_label))
+                                  band_color=FORECAST, markers=markers, now=w.end, height=210, now_label=now_label,
+                                  y_label="GPUs"))
     return Section("demand", title, "".join(parts), json_url)
 
 
@@ -269,8 +345,9 @@ def billing_section(data: FleetData, w: Window, month: bool = True) -> Section:
                   _money(t["idle_amount"], t["currency"])) for t in b["tenants"]]
         tab = table(["tenant", "rented hours", "idle hours", "amount", "idle amount"], trows, numeric=range(1, 5))
     period = (f"{iso(b['start'])} to {iso(b['end'])}")
+    price = (f' <b class="default-price">Note: {esc(data.price_note)}.</b>' if data.price_note else "")
     return Section("billing", title, f'<p class="note"><b>{esc(totals)}</b>, periods from {esc(period)}'
-                   f"{esc(through)}, from the billing ledger.</p>" + chart + tab, json_url)
+                   f"{esc(through)}, from the billing ledger.{price}</p>" + chart + tab, json_url)
 
 
 # -- one incident ------------------------------------------------------------------------

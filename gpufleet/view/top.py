@@ -27,6 +27,8 @@ class Snapshot:
     currency: str = "USD"
     minutes: int = 5
     read_s: float = 0.0
+    waste: dict = field(default_factory=dict)        # FleetData.waste's total and pools
+    price_note: str = ""                              # where the prices are the default flat one
 
 
 def snapshot(data: FleetData, minutes: int = 5, idlest: int = 10) -> Snapshot:
@@ -39,8 +41,10 @@ def snapshot(data: FleetData, minutes: int = 5, idlest: int = 10) -> Snapshot:
     w = Window(at - minutes * 60, at)
     usage = data.usage(w)
     firing = data.alerts(Window(at - 3600, at))["firing"]
+    waste = data.waste(at)
     return Snapshot(at, usage["pools"], data.idlest(at, 15, idlest), firing, usage["currency"], minutes,
-                    time.perf_counter() - began)
+                    time.perf_counter() - began, {"underuse_pct": waste["underuse_pct"], "total": waste["total"],
+                                                  "pools": waste["pools"]}, data.price_note or "")
 
 
 def bar(share: float, width: int) -> str:
@@ -66,16 +70,29 @@ def render(snap: Snapshot, width: int, height: int, interval_s: float = 5.0) -> 
         out.append(("Nothing to show: start the collectors and the workers, or fill the store with `gpufleet "
                     "replay FILE` or `gpufleet demo`.", "dim"))
         return [(_cut(t, width), s) for t, s in out[:height]]
-    bar_w = max(10, min(40, width - 70))
+    bar_w = max(10, min(40, width - 80))
+    waste = snap.waste.get("total")
+    if waste:
+        money = f"{Decimal(waste['waste_per_hour']):,.2f} {snap.currency}"
+        today, month = waste["today"], waste["month"]
+        out.append((f"WASTE {money}/h now: {waste['idle']} idle, {waste['underused']} underused (<"
+                    f"{snap.waste['underuse_pct']:g}% last hour) of {waste['rented']} rented · paid by tenants "
+                    f"today {Decimal(today['tenant_waste_amount']):,.2f}, month "
+                    f"{Decimal(month['tenant_waste_amount']):,.2f} {today['currency']}", "idle"))
+    if snap.price_note:
+        out.append((f"Note: {snap.price_note}", "dim"))
     out.append(("", ""))
-    out.append((f"POOLS (last {snap.minutes} min)".ljust(22 + bar_w + 3) + "  util   GPUs  rented  rented util",
-                "head"))
+    out.append((f"POOLS (last {snap.minutes} min)".ljust(22 + bar_w + 3) + "  util   GPUs  rented  rented util"
+                "  idle  under  waste/h", "head"))
+    by_pool = {p["pool"]: p for p in snap.waste.get("pools", [])}
     for p in snap.pools:
         util = p["util_pct"] or 0.0
         rented_util = "" if p["rented_util_pct"] is None else f"{p['rented_util_pct']:.0f}%"
         rented = p["rented_gpu_hours"] * 60 / snap.minutes
+        w = by_pool.get(p["pool"])
+        wasted = (f"  {w['idle']:4d}  {w['underused']:5d}  {Decimal(w['waste_per_hour']):7,.2f}" if w else "")
         out.append((f"{_cut(p['pool'], 20):20}  [{bar(util / 100, bar_w)}] {util:4.0f}%  {p['gpus_mean']:5.1f}  "
-                    f"{rented:6.1f}  {rented_util:>11}", "bar"))
+                    f"{rented:6.1f}  {rented_util:>11}{wasted}", "bar"))
     if not snap.pools:
         out.append(("  (no telemetry in the last minutes)", "dim"))
     out.append(("", ""))

@@ -34,8 +34,8 @@ SECTIONS = ("heatmap", "alerts", "usage", "demand", "billing")
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "views"
 
 
-def gpufleet(*args, timeout=300, **kw):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+def gpufleet(*args, timeout=300, env_extra=None, **kw):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")} | (env_extra or {})
     return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **kw)
 
@@ -255,11 +255,41 @@ def test_the_fleet_page_in_chromium(browser, served, fleet):
     names = {name for s in SECTIONS for name, _ in charts_in(browser, s)}
     assert {"heatmap", "incidents", "pool-utilization", "pool-idle-cost", "tenant-utilization", "tenant-idle-cost",
             "billing"} <= names and sum(n.startswith("demand-") for n in names) == 3
-    # the heat map's read-out under the pointer names the GPU, the time and the value
+    # the heat map's read-out under the pointer names the GPU, the time, the rental of that cell and the value:
+    # a cell early in the window of a GPU whose tenant at the end is another (or none)
     heat = browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="heatmap"]')
-    ActionChains(browser).move_to_element(heat).perform()
+    h = get_json(f"{served}/v1/fleet/heatmap")
+    (i, c, who) = next((i, c, h["tenants"][t]) for i, g in enumerate(h["gpus"]) for c, t in enumerate(g["tenant_col"])
+                       if t >= 0 and h["tenants"][t] != g["tenant"] and g["util_pct"][c] is not None)
+    box = browser.execute_script(
+        "var s=arguments[0],r=s.getBoundingClientRect();return [r.width,r.height,s.viewBox.baseVal.width];", heat)
+    scale = box[2] / box[0]
+    left, top = float(heat.get_attribute("data-left")), float(heat.get_attribute("data-top"))
+    pw, rh = float(heat.get_attribute("data-plot-w")), float(heat.get_attribute("data-row-h"))
+    x = (left + (c + 0.5) * pw / h["columns"]) / scale - box[0] / 2
+    y = (top + (i + 0.5) * rh) / scale - box[1] / 2
+    ActionChains(browser).move_to_element_with_offset(heat, round(x), round(y)).perform()
     tip = browser.find_element(By.CSS_SELECTOR, ".tip")
-    assert re.match(r"node-\d+ GPU \d .* · 2026-01-05 \d\d:\d\d UTC · ", tip.text), tip.text
+    g = h["gpus"][i]
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(h["start"] + c * h["bucket_s"]))
+    assert tip.text.startswith(f"{g['node']} GPU {g['gpu_index']} · {when} UTC · rented by {who} · "), tip.text
+    # GPUs underused now are marked beside those idle now; the demand charts and bars carry their units and axes
+    assert browser.find_elements(By.CSS_SELECTOR, 'svg[data-chart="heatmap"] path.underused-now')
+    demand = browser.find_element(By.CSS_SELECTOR, 'section[data-section="demand"] svg.chart')
+    assert "GPUs" in [t.text for t in demand.find_elements(By.CSS_SELECTOR, "text")]
+    bars = browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="pool-utilization"]')
+    assert {"0%", "50%", "100%"} <= {t.text for t in bars.find_elements(By.CSS_SELECTOR, "text")}
+    # billing and usage agree on rented hours, tenant by tenant; the default price is said to be one
+    def column(section: str, header: str) -> dict[str, float]:
+        table = browser.find_elements(By.CSS_SELECTOR, f'section[data-section="{section}"] table')[-1]
+        heads = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+        k = heads.index(header)
+        return {tr.find_elements(By.CSS_SELECTOR, "td")[0].text: float(tr.find_elements(By.CSS_SELECTOR, "td")[k].text)
+                for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")}
+    billed = column("billing", "rented hours")
+    assert column("usage", "rented GPU-hours") == billed and sum(billed.values()) > 50
+    note = browser.find_element(By.CSS_SELECTOR, 'section[data-section="billing"] .default-price').text
+    assert "default price, a flat 2.00 USD per GPU-hour" in note
     # the idle GPU is marked, with its cost so far
     assert browser.find_elements(By.CSS_SELECTOR, 'svg[data-chart="heatmap"] path.idle-now')
     idle_table = browser.find_element(By.CSS_SELECTOR, 'section[data-section="heatmap"] table').text
@@ -349,7 +379,12 @@ def test_top_under_tmux(fleet, clickhouse_url):
         pools = {p for (p,) in fleet.query("SELECT DISTINCT pool FROM gpu_rollup_1m")}
         for pool in pools:
             assert re.search(rf"^{re.escape(pool)}\s+\[█*[ ▏▎▍▌▋▊▉█]*\]\s+\d+%", shown, re.M), pool
-        assert "FIRING ALERTS (1)" in shown and re.search(r"^idle\s+warning\s+04:34\s+node-001", shown, re.M)
+        firing = int(re.search(r"^FIRING ALERTS \((\d+)\)", shown, re.M).group(1))
+        kinds = re.findall(r"^(idle|underuse|straggler|io_starvation|memory_leak)\s+(warning|info|critical)\s", shown,
+                           re.M)
+        assert len(kinds) == firing and kinds[0] == ("idle", "warning") and kinds.count(("idle", "warning")) == 1
+        assert kinds.count(("underuse", "info")) == firing - 1 >= 1, "the underused jobs, after the one idle GPU"
+        assert re.search(r"^idle\s+warning\s+04:34\s+node-001", shown, re.M)
         assert re.search(r"node-001\s+2\s+h100-sxm-east\s+stark-research\s+nb-0007\s+\d+%\s+\d+ min\s+[\d.]+ USD",
                          shown), "the idle GPU, how long and what it cost, with its pool and job on a wide screen"
         subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True, timeout=30)
@@ -464,3 +499,160 @@ def test_report_and_top_on_a_missing_database_name_it_and_create_nothing(clickho
         assert missing not in {name for (name,) in server.query("SHOW DATABASES")}
     finally:
         server.close()
+
+
+# -- fleet gauges and a real Prometheus --------------------------------------------------------
+def metric_samples(text: str) -> dict[tuple, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_the_fleet_gauges_are_the_waste_the_page_reads(fleet, served):
+    got = metric_samples(get(served + "/metrics")[1].decode())
+    waste = get_json(f"{served}/v1/fleet/waste")
+    latest = fleet.query("SELECT toUnixTimestamp(max(minute)) + 60 FROM gpu_rollup_1m")[0][0]
+    assert waste["at"] == latest
+    assert got[("gpufleet_telemetry_newest_seconds", ())] == latest
+    assert got[("gpufleet_telemetry_age_seconds", ())] == pytest.approx(time.time() - latest, abs=120)
+    # installed GPUs per pool are those that reported in the last five minutes, by the store
+    reported = dict(fleet.query("SELECT pool, uniqExact(gpu_uuid) FROM gpu_rollup_1m WHERE minute >= "
+                                "toDateTime(%(t)s) GROUP BY pool", {"t": int(latest - 300)}))
+    for p in waste["pools"]:
+        pool = p["pool"]
+        assert got[("gpufleet_gpus", (("pool", pool), ("state", "installed")))] == reported[pool] == p["gpus"]
+        for state in ("rented", "busy", "idle", "underused"):
+            assert got[("gpufleet_gpus", (("pool", pool), ("state", state)))] == p[state]
+        assert p["rented"] == p["busy"] + p["idle"] and p["underused"] <= p["busy"]
+        assert got[("gpufleet_waste_per_hour", (("currency", "USD"), ("pool", pool)))] == \
+            pytest.approx(float(p["waste_per_hour"]))
+        # the money billed today: the ledger's own sums
+        (idle, unused, unsold) = fleet.query(
+            "SELECT sum(idle_amount), sum(unused_amount), sum(unsold_amount) FROM billing_ledger FINAL "
+            "WHERE pool = %(p)s AND toDate(period_start) = toDate(toDateTime(%(t)s))",
+            {"p": pool, "t": int(latest - 1)})[0]
+        assert Decimal(p["today"]["tenant_waste_amount"]) == idle + unused
+        assert got[("gpufleet_waste_amount", (("currency", "USD"), ("paid_by", "tenant"), ("period", "today"),
+                                              ("pool", pool)))] == pytest.approx(float(idle + unused))
+        assert got[("gpufleet_waste_amount", (("currency", "USD"), ("paid_by", "provider"), ("period", "today"),
+                                              ("pool", pool)))] == pytest.approx(float(unsold))
+    # the waste per hour is each idle GPU's price and each underused one's unused share of it
+    per_hour = sum(Decimal(g["price_per_gpu_hour"]) * (1 if g["state"] == "idle" else
+                                                       1 - Decimal(str(g["util_pct"])) / 100) for g in waste["gpus"])
+    assert Decimal(waste["total"]["waste_per_hour"]) == per_hour.quantize(Decimal("0.000001")) > 0
+    assert sum(g["state"] == "underused" for g in waste["gpus"]) == waste["total"]["underused"] >= 1
+    # firing incidents by kind and severity: those the alerts JSON lists as firing
+    alerts = get_json(f"{served}/v1/fleet/alerts")
+    counts: dict[tuple, int] = {}
+    for a in alerts["firing"]:
+        counts[(a["kind"], a["severity"])] = counts.get((a["kind"], a["severity"]), 0) + 1
+    assert {(dict(k)["kind"], dict(k)["severity"]): v for (name, k), v in got.items()
+            if name == "gpufleet_alerts_firing"} == counts != {}
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_real_prometheus_scrapes_serve_and_evaluates_the_rules(served, tmp_path):
+    if shutil.which("prometheus") is None:
+        pytest.skip("needs Prometheus (apt-get install prometheus)")
+    rules = ROOT / "deploy" / "prometheus" / "gpufleet.rules.yml"
+    target = served.removeprefix("http://")
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {rules}\n"
+        f"scrape_configs:\n  - job_name: gpufleet-serve\n    static_configs:\n      - targets: ['{target}']\n")
+    port = free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    api = f"http://127.0.0.1:{port}/api/v1/query?query="
+    try:
+        deadline, found = time.monotonic() + 90, []
+        while time.monotonic() < deadline and not found:
+            time.sleep(1)
+            try:
+                found = get_json(api + urllib.parse.quote("pool:gpufleet_rented_share:ratio"))["data"]["result"]
+            except (OSError, AssertionError):
+                continue
+        assert found, (tmp_path / "prometheus.log").read_text()[-2000:]
+        waste = get_json(f"{served}/v1/fleet/waste")
+        expected = {p["pool"]: p["rented"] / max(p["gpus"], 1) for p in waste["pools"]}
+        assert {r["metric"]["pool"]: float(r["value"][1]) for r in found} == pytest.approx(expected)
+        up = get_json(api + urllib.parse.quote('up{job="gpufleet-serve"}'))["data"]["result"]
+        assert [float(r["value"][1]) for r in up] == [1.0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# -- waste: one definition, the same numbers everywhere ------------------------------------------
+def waste_rows(html: str) -> dict[str, list[str]]:
+    """The waste section's table by tenant: tenant -> its cells, as the page or the report shows them."""
+    section = html[html.index('id="waste"'):]
+    section = section[:section.index("</section>")]
+    table = section[section.index("<h3>By tenant</h3>"):]
+    table = table[:table.index("</table>")]
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", table)[1:]:
+        cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_waste_is_the_same_on_every_surface(fleet, served, clickhouse_url, tmp_path):
+    """A fleet whose inference services ran at a few per cent for hours: the page, the report, top, bill, the
+    finance views and /metrics give the same underused GPU-hours and the same money."""
+    latest = fleet.query("SELECT toUnixTimestamp(max(minute)) + 60 FROM gpu_rollup_1m")[0][0]
+    low = fleet.query("SELECT tenant, job, sum(underused_s) / 3600 AS h, sum(busy_s * busy_util_pct) / sum(busy_s) "
+                      "FROM billing_ledger FINAL WHERE underused_s > 0 GROUP BY tenant, job HAVING h >= 2 "
+                      "ORDER BY h DESC")
+    assert low and min(u for *_, u in low) < 10, "the fleet has services at a few per cent for hours"
+    # the finance view: per tenant, this month
+    view = {t: (Decimal(str(round(h, 3))), i + u, s) for t, h, i, u, s in fleet.query(
+        "SELECT tenant, sum(underused_hours), sum(idle_amount), sum(unused_amount), sum(unsold_amount) "
+        "FROM billing_waste WHERE month = '2026-01-01' GROUP BY tenant")}
+    assert sum(v[1] for v in view.values()) > 0
+    # gpufleet bill
+    out = gpufleet("bill", "--month", "2026-01", "--format", "json", "--dsn", clickhouse_url, "--database",
+                   fleet.database)
+    assert out.returncode == 0, out.stderr
+    for inv in json.loads(out.stdout)["invoices"]:
+        hours, paid, unsold = view[inv["tenant"]]
+        low_ = inv["waste"]["low_utilization"] or {"busy_hours": "0.000", "unused_amount": "0", "unsold_amount": "0"}
+        assert Decimal(low_["busy_hours"]) == hours, inv["tenant"]
+        assert Decimal(inv["total"]["idle_amount"]) + Decimal(low_["unused_amount"]) == paid, inv["tenant"]
+        assert Decimal(low_["unsold_amount"]) == unsold
+    # the page's JSON and its table, and the report's table, by tenant
+    page = get_json(f"{served}/v1/fleet/waste")
+    shown = {t["tenant"]: t for t in page["tenants"]}
+    for tenant, (hours, paid, unsold) in view.items():
+        month = shown[tenant]["month"]
+        assert (round(Decimal(str(month["underused_hours"])), 3), Decimal(month["tenant_waste_amount"]),
+                Decimal(month["unsold_amount"])) == (hours, paid, unsold), tenant
+    status, body, _ = get(f"{served}/")
+    html_rows = waste_rows(body.decode())
+    report = tmp_path / "report.html"
+    out = gpufleet("report", "--from", START, "--to", str(int(latest)), "-o", str(report), "--dsn", clickhouse_url,
+                   "--database", fleet.database)
+    assert out.returncode == 0, out.stderr
+    report_rows = waste_rows(report.read_text())
+    for tenant, (_, paid, unsold) in view.items():
+        money = f"{paid:,.2f} USD"
+        assert html_rows[tenant][5] == report_rows[tenant][5] == money, tenant        # waste this month
+        assert html_rows[tenant][6] == report_rows[tenant][6] == f"{unsold:,.2f} USD"
+    # top (as it reads through serve) and /metrics: the fleet's totals
+    total_paid = sum(v[1] for v in view.values())
+    snap = get_json(f"{served}/v1/top")
+    assert Decimal(snap["waste"]["total"]["month"]["tenant_waste_amount"]) == total_paid
+    out = gpufleet("top", "--once", "--dsn", clickhouse_url, "--database", fleet.database)
+    assert out.returncode == 0 and f"month {total_paid:,.2f} USD" in out.stdout, out.stdout + out.stderr
+    got = metric_samples(get(served + "/metrics")[1].decode())
+    metric = sum(v for (name, k), v in got.items() if name == "gpufleet_waste_amount" and
+                 dict(k)["period"] == "month" and dict(k)["paid_by"] == "tenant")
+    assert metric == pytest.approx(float(total_paid), abs=1e-5)
+

@@ -61,5 +61,6 @@ def test_the_holder_record_goes_with_its_process(served, tmp_path):
     while os.path.exists(os.path.join(path, "gpufleet-holder.json")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(os.path.join(path, "gpufleet-holder.json"))
-    again = gpufleet("report", "--dsn", dsn, "--from", "2026-01-05", "--to", "2026-01-06", "-o", str(tmp_path / "r.html"))
+    again = gpufleet("report", "--dsn", dsn, "--from", "2026-01-05", "--to", "2026-01-06", "-o",
+                     str(tmp_path / "r.html"))
     assert again.returncode == 0 and "reading through" not in again.stderr, again.stderr

@@ -133,6 +133,15 @@ def test_top_screen_layout():
     assert narrow.endswith("4.50 USD") and "h100-sxm-east" not in narrow        # the pool column gives way
     short = render(snapshot(), 60, 8)
     assert len(short) == 8 and short[-1][0].startswith("... ") and all(len(t) <= 60 for t, _ in short)
+    span = {"tenant_waste_amount": "12.500000", "unsold_amount": "0", "currency": "USD"}
+    waste = {"underuse_pct": 60.0, "total": {"rented": 6, "idle": 1, "underused": 2, "waste_per_hour": "3.250000",
+                                              "today": span, "month": {**span, "tenant_waste_amount": "40.000000"}},
+             "pools": [{"pool": "h100-sxm-east", "idle": 1, "underused": 2, "waste_per_hour": "3.250000"}]}
+    lines = render(snapshot(waste=waste), 120, 40)
+    assert lines[1] == ("WASTE 3.25 USD/h now: 1 idle, 2 underused (<60% last hour) of 6 rented · paid by tenants "
+                        "today 12.50, month 40.00 USD", "idle")
+    pool = next(t for t, s in lines if s == "bar")
+    assert pool.endswith("75%     1      2     3.25") and len(pool) <= 120
     empty = render(Snapshot(None), 100, 10)
     assert "no telemetry stored yet" in empty[0][0] and "gpufleet replay" in empty[-1][0]
     assert bar(0.5, 4) == "██  " and bar(1 / 16, 2) == "▏ " and bar(2.0, 3) == "███"

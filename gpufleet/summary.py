@@ -29,6 +29,17 @@ QUERIES = {
         FROM idle_windows
         GROUP BY tenant
         ORDER BY idle_gpu_hours DESC""",
+    "Waste by tenant (idle, and the unused share of busy time below billing.underuse_pct; docs/finance.md)": """
+        SELECT tenant,
+               round(toFloat64(sum(idle_hours)), 2)            AS idle_gpu_hours,
+               round(toFloat64(sum(underused_hours)), 2)       AS underused_gpu_hours,
+               round(toFloat64(sum(tenant_waste_amount)), 2)   AS paid_for_waste,
+               round(toFloat64(sum(unsold_amount)), 2)         AS unsold,
+               round(toFloat64(sum(amount)), 2)                AS billed,
+               any(currency)                        AS currency
+        FROM billing_waste
+        GROUP BY tenant
+        ORDER BY paid_for_waste DESC""",
     "Longest idle windows": """
         SELECT node, gpu_index AS gpu, tenant, job,
                formatDateTime(started_at, '%Y-%m-%d %H:%i') AS started,

@@ -214,3 +214,26 @@ def test_the_report_replaces_a_file_whole_and_writes_into_a_pipe_or_device_in_pl
     assert got == [b"<html>through the pipe</html>"]
     assert stat.S_ISFIFO(os.stat(pipe).st_mode), "the named pipe was replaced by a file"
     assert sorted(os.listdir(tmp_path)) == ["pipe", "report.html"]
+
+
+def test_the_demand_chart_gives_history_half_its_width_and_tells_its_lines_apart():
+    from gpufleet.view import sections
+
+    end = T0 + 6 * 3600
+    history = [{"ts": T0 + k * 300, "total_gpus": 16, "rented_gpus": 12, "busy_gpus": 12} for k in range(72)]
+    forecast = {"made_at": end, "step_s": 3600, "points": [{"ts": end + h * 3600, "demand_gpus": 12, "p10": 10,
+                                                             "p90": 14} for h in range(1, 25)]}
+
+    class Data:
+        def demand(self, w, ahead_s):
+            return {"pools": [{"pool": "east", "demand": history, "forecast": forecast, "scale_events": []}]}
+    body = sections.demand_section(Data(), Window(end - 24 * 3600, end), 24 * 3600).body
+    svg = body[body.index("<svg"):]
+    left, width = 58, 1100 - 58 - 16
+    now_x = float(re.search(r'<line x1="([\d.]+)" y1="[\d.]+" x2="\1"[^>]*stroke-dasharray="4,3"', svg).group(1))
+    assert (now_x - left) / width == pytest.approx(0.5, abs=0.01)       # 6 h of history, 6 h of the 24 h ahead
+    assert ">GPUs</text>" in svg
+    busy, rented, ahead = (svg.index(f"<title>{name}</title>") for name in ("busy", "rented", "forecast (rented)"))
+    assert busy < rented, "busy is drawn under rented, so both show where they are equal"
+    colours = {name: colour for colour, name in re.findall(r'stroke="(#[0-9a-f]{6})"[^>]*><title>([^<]+)</title>', svg)}
+    assert len({colours.get(k) for k in ("busy", "rented", "forecast (rented)")}) == 3 and ahead > 0, colours

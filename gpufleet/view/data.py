@@ -285,8 +285,12 @@ class FleetData:
         firing = [a for a in incidents if a["status"] == "firing"]
         resolved = [a for a in incidents if a["status"] == "resolved" and a["resolved_at"] >= w.start]
         shown = [a for a in incidents if a["status"] == "firing" or a["resolved_at"] >= w.start]
+        by_severity: dict[str, int] = {}
+        for x in firing:
+            by_severity[x["severity"]] = by_severity.get(x["severity"], 0) + 1
         out = {"start": w.start, "end": w.end, "firing": firing[:limit], "resolved": resolved[:limit],
-               "counts": _count_kinds(shown), "firing_total": len(firing), "resolved_total": len(resolved)}
+               "counts": _count_kinds(shown), "firing_total": len(firing), "resolved_total": len(resolved),
+               "firing_by_severity": by_severity}
         if not shown:
             out["empty"] = (f"no incident firing at {iso(w.end)} and none resolved since {iso(w.start)}"
                             f"{' for tenant ' + w.tenant if w.tenant else ''}: the detectors found nothing "

@@ -194,11 +194,20 @@ def alerts_section(data: FleetData, w: Window, links: bool = True, firing_title:
     shown = a["firing"] + a["resolved"]
     body += charts.timeline("incidents", shown, w.start, w.end)
     headers = ["kind", "severity", "since", "where", "tenant", "summary and evidence", ""]
-    if a["firing"]:
-        body += f"<h3>{esc(firing_title)} ({a['firing_total']})</h3>" + table(
-            headers, _incident_rows(a["firing"], links), cls="incidents")
+    # what pages people first; the information ones (underused rentals: money, not an outage) folded under it
+    paging = [x for x in a["firing"] if x["severity"] != "info"]
+    info = [x for x in a["firing"] if x["severity"] == "info"]
+    n_info = a["firing_by_severity"].get("info", 0)
+    if paging:
+        body += f"<h3>{esc(firing_title)} ({a['firing_total'] - n_info})</h3>" + table(
+            headers, _incident_rows(paging, links), cls="incidents")
     else:
-        body += f'<p class="note">Nothing firing at {esc(iso(w.end))}.</p>'
+        body += f'<p class="note">Nothing but information firing at {esc(iso(w.end))}.</p>' if info else \
+            f'<p class="note">Nothing firing at {esc(iso(w.end))}.</p>'
+    if info:
+        body += (f'<details class="info"><summary>{esc(firing_title)}, information: underused rentals and the like '
+                 f"({n_info}; the waste section above sums them)</summary>" +
+                 table(headers, _incident_rows(info, links), cls="incidents") + "</details>")
     if a["resolved"]:
         body += (f"<details><summary>Resolved since {esc(iso(w.start))} ({a['resolved_total']})</summary>" +
                  table(headers, _incident_rows(a["resolved"], links, resolved=True), cls="incidents") + "</details>")

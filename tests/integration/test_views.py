@@ -290,6 +290,11 @@ def test_the_fleet_page_in_chromium(browser, served, fleet):
     assert column("usage", "rented GPU-hours") == billed and sum(billed.values()) > 50
     note = browser.find_element(By.CSS_SELECTOR, 'section[data-section="billing"] .default-price').text
     assert "default price, a flat 2.00 USD per GPU-hour" in note
+    # what pages people is listed first; underused rentals (information) are folded under it
+    paging = browser.find_element(By.CSS_SELECTOR, 'section[data-section="alerts"] table.incidents').text
+    folded = browser.find_element(By.CSS_SELECTOR, 'section[data-section="alerts"] details.info')
+    assert "underuse" not in paging and "idle" in paging
+    assert "underused rentals" in folded.text and folded.get_attribute("open") is None
     # the idle GPU is marked, with its cost so far
     assert browser.find_elements(By.CSS_SELECTOR, 'svg[data-chart="heatmap"] path.idle-now')
     idle_table = browser.find_element(By.CSS_SELECTOR, 'section[data-section="heatmap"] table').text

@@ -1,8 +1,8 @@
 """The forecast process's contracts: events ``gpufleet.forecast.v1`` and ``gpufleet.scale.v1`` and the tables
 that keep them (``forecasts``, ``scale_events``).
 
-Field names follow ARCHITECTURE.md. Events are plain dicts; the pydantic models define and check the
-contract (tests, consumers such as the feed).
+These field names are the contract every consumer reads. Events are plain dicts; the pydantic models define and
+check the contract (tests, consumers such as the feed).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Events the stream emits (``gpufleet.alert.v1``, ``gpufleet.billing.v1``) and its dead letters
 (``gpufleet.deadletter.v1``).
 
-Field names follow ARCHITECTURE.md. Events are plain dicts on the hot path;
+These field names are the contract every consumer reads. Events are plain dicts on the hot path;
 the pydantic models here define and check the contract (tests, consumers).
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ Money = Annotated[str, Field(pattern=r"^-?\d+\.\d{6}$")]     # a decimal string 
 
 
 class Billing(BaseModel):
-    """One billing record: a GPU's time in one billing period for one tenant and job (ARCHITECTURE.md), with
+    """One billing record: a GPU's time in one billing period for one tenant and job, with
     the optional fields metering adds (data quality, utilization, what every billing mode would charge)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

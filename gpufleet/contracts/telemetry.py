@@ -1,4 +1,4 @@
-"""The telemetry contract, schema ``gpufleet.telemetry.v1`` (see ARCHITECTURE.md).
+"""The telemetry contract, schema ``gpufleet.telemetry.v1``.
 
 One message per node per sampling tick. Only ``schema``, ``ts``, ``node`` and,
 per GPU, ``uuid`` and ``index`` are required; every other field may be null

@@ -10,7 +10,7 @@ threshold and persistence, which are tuned, live in the model file, not here.
 from __future__ import annotations
 
 # -- identity ---------------------------------------------------------------------------------------------------
-KIND = "io_starvation"
+KIND = "io_starvation"       # the alert kind, and the registry's key
 STAGE = "node"               # runs on the node stage: each node's messages, in ts order
 EPOCH = "node"               # decide() takes one node's epoch: every job judged on the node at once
 LEVEL = "job"                # its alerts name a job on a node
@@ -48,5 +48,5 @@ ALSO_SEEN_MIN = 0.3          # a path's evidence (idle while it is busy) from wh
 BASELINE_IOWAIT = 0.10       # the rule an operator writes first: iowait above 10% ...
 BASELINE_UTIL = 0.5          # ... while utilization is under half
 
-SECONDS_PER_MINUTE = 60.0
+SECONDS_PER_MINUTE = 60.0    # unit conversion
 GB_PER_GIB = 1e9 / 2 ** 30       # what a summary shows in GiB, from the decimal GB the features keep

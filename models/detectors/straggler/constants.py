@@ -10,7 +10,7 @@ threshold and persistence, which are tuned, live in the model file, not here.
 from __future__ import annotations
 
 # -- identity ---------------------------------------------------------------------------------------------------
-KIND = "straggler"
+KIND = "straggler"           # the alert kind, and the registry's key
 STAGE = "job"                # runs on the job stage: every GPU of the job, from every node, in (ts, node) order
 EPOCH = "job"                # decide() takes one job's epoch: every GPU and node of the job at once
 LEVEL = "gpu"                # its alerts name a GPU (a whole slow node is named by its node)

@@ -58,5 +58,5 @@ class StreamConfig(BaseModel):
         if isinstance(data, dict):
             for name in MOVED:
                 if name in data:
-                    raise ValueError(f"{name} moved to the billing section: {MOVED[name]} (README, Prices)")
+                    raise ValueError(f"{name} moved to the billing section: {MOVED[name]} (docs/billing.md)")
         return data

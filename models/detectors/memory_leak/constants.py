@@ -3,8 +3,8 @@
 How they were chosen, said once: the windows (10, 30 and 60 minutes), the blocks, the warm-up and the thresholds
 of the features were set by hand with the detector (commits 6501510 and 681f6da) and have not been searched;
 ``RUNAWAY_MIN`` and ``RUNAWAY_STEP`` were chosen on development fleets only (simulated seeds 711-716 at 2-60 s,
-held-out family seeds 11-15; QUALITY.md "Leaks: runaways"), ``SHARED_PEERS`` and ``SHARED_RATE_SHARE`` on the
-held-out family's seeds 11-15 (QUALITY.md "Leaks: a rise shared with other jobs"). The trees' threshold,
+held-out family seeds 11-15; CHANGELOG.md, 0.1.0: runaways), ``SHARED_PEERS`` and ``SHARED_RATE_SHARE`` on the
+held-out family's seeds 11-15 (CHANGELOG.md, 0.1.0: a rise shared). The trees' threshold,
 persistence and urgent score, which are tuned, live in the model file, not here.
 """
 from __future__ import annotations

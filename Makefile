@@ -67,7 +67,7 @@ test: $(VENV)/.installed-test
 # the manual: its generated pages must be current (tests/unit/test_docs.py holds them too), then a strict build
 docs: $(VENV)/.installed-docs
 	$(PY) docs/gen.py --check
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs-gen: $(VENV)/.installed-docs
 	$(PY) docs/gen.py

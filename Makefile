@@ -6,12 +6,14 @@ PY       := $(VENV)/bin/python
 SERVICES ?= .services
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint venv services-start services-stop bench eval eval-intervals eval-forecast clean help
+.PHONY: demo test lint docs docs-gen venv services-start services-stop bench eval eval-intervals eval-forecast clean help
 
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
 	@echo "make test            all tests, with a local Kafka broker and ClickHouse server started and stopped"
 	@echo "make lint            ruff, the import layers (import-linter) and mypy, zero findings expected"
+	@echo "make docs            the manual (docs/, MkDocs Material) built with --strict into site/"
+	@echo "make docs-gen        write the manual's generated pages from the code (docs/gen.py)"
 	@echo "make bench           the benchmarks under bench/ (results: BENCHMARKS.md)"
 	@echo "make eval            the detectors' evaluation of QUALITY.md: simulated fleet 9001 and the held-out family"
 	@echo "make eval-intervals  the same, each sampling interval (1, 5, 10, 30, 60 s) scored on its own"
@@ -32,6 +34,10 @@ $(VENV)/.installed-demo: pyproject.toml setup.py | $(PY)
 $(VENV)/.installed-test: pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $@ $(VENV)/.installed-demo
+
+$(VENV)/.installed-docs: pyproject.toml setup.py | $(PY)
+	$(PY) -m pip install --quiet -e '.[embedded,docs]'
+	@touch $@
 
 venv: $(VENV)/.installed-test
 
@@ -57,6 +63,14 @@ test: $(VENV)/.installed-test
 	  set -a; . $(SERVICES)/env; set +a; \
 	fi; \
 	$(VENV)/bin/pytest --durations=15 $(PYTEST_ARGS)
+
+# the manual: its generated pages must be current (tests/unit/test_docs.py holds them too), then a strict build
+docs: $(VENV)/.installed-docs
+	$(PY) docs/gen.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-gen: $(VENV)/.installed-docs
+	$(PY) docs/gen.py
 
 services-start: $(VENV)/.installed-test
 	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES)
@@ -96,4 +110,4 @@ eval-forecast: $(VENV)/.installed-test
 	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES)) $(if $(DEV),--dev)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck .lint-imports
+	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck .lint-imports site

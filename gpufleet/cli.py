@@ -14,7 +14,7 @@ from gpufleet.errors import UsageError
 from gpufleet.settings import SettingsError
 
 EPILOG = """settings: every command reads GPUFLEET_* environment variables and an optional TOML
-file (--config or GPUFLEET_CONFIG); see the README for the full list.
+file (--config or GPUFLEET_CONFIG); docs/configuration.md lists them all.
 exit codes: 0 done, 1 failed while running, 2 bad argument or setting."""
 
 

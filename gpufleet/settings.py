@@ -54,7 +54,7 @@ class KafkaSettings(BaseModel):
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
     telemetry_topic: str = Field("gpufleet.telemetry", pattern=r"^[A-Za-z0-9._-]{1,200}$")
     topic_prefix: str = Field("gpufleet", pattern=r"^[A-Za-z0-9._-]{1,100}$",
-                              description="prefix of the other topics: <prefix>.telemetry.dlq, <prefix>.alerts, ...")
+                              description="prefix of the other topics: <prefix>.alerts, <prefix>.billing, ...")
     partitions: int = Field(4, ge=1, le=10_000, description="partitions of the topics gpufleet creates")
 
     @field_validator("bootstrap")

@@ -39,7 +39,7 @@ class StreamConfig(BaseModel):
         default_factory=dict,
         description="per alert kind, seconds a cleared condition must stay clear before its incident resolves (one "
                     "that comes back within it is the same incident); a kind not named keeps its default "
-                    "(README, the detectors)")
+                    "(the manual: detectors, hold-downs)")
 
     @field_validator("hold_down_s")
     @classmethod
@@ -58,5 +58,5 @@ class StreamConfig(BaseModel):
         if isinstance(data, dict):
             for name in MOVED:
                 if name in data:
-                    raise ValueError(f"{name} moved to the billing section: {MOVED[name]} (README, Prices)")
+                    raise ValueError(f"{name} moved to the billing section: {MOVED[name]} (docs/billing.md)")
         return data

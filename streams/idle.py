@@ -1,4 +1,4 @@
-"""Idle windows and idle alerts, exactly as the idle rule defines them (README, "The detectors").
+"""Idle windows and idle alerts, exactly as the idle rule defines them (docs/detectors/idle.md).
 
 A rented GPU is idle while its ``util_pct`` is strictly below the threshold in
 every sample. A run lasts from its first such sample to its latest one plus

@@ -1,4 +1,4 @@
-"""The idle rule (README, "The detectors"), applied to the samples as written, and the guard band around it.
+"""The idle rule (docs/detectors/idle.md), applied to the samples as written, and the guard band around it.
 
 A rented GPU is idle when its `util_pct` is strictly below 5 in every sample for at least 600 s, measured
 from the first such sample to the latest one plus one interval; a change of tenant, a sample at or above

@@ -42,10 +42,10 @@ def cmd_demo(args) -> int:
     finally:
         store.close()
     print(f"\nExplore it with SQL, e.g.: gpufleet sql --database {settings.store.database} "
-          "'SELECT * FROM idle_windows ORDER BY duration_s DESC LIMIT 5'  (README: 'Querying the store')")
+          "'SELECT * FROM idle_windows ORDER BY duration_s DESC LIMIT 5'  (docs/sql.md)")
     if not args.notify:
         print("Send these alerts to Slack, PagerDuty, Alertmanager or a signed webhook: gpufleet demo --notify "
-              "routes.toml  (README: 'Alert delivery')")
+              "routes.toml  (docs/alerting.md)")
     return 0
 
 

@@ -1,5 +1,4 @@
-"""``gpufleet report`` and ``gpufleet top``: the operator's view as a file and in a terminal (README: "The
-operator's view")."""
+"""``gpufleet report`` and ``gpufleet top``: the operator's view as a file and in a terminal (docs/view.md)."""
 from __future__ import annotations
 
 import os

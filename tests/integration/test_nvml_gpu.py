@@ -44,7 +44,7 @@ def test_real_gpus_give_valid_telemetry_and_a_cheap_tick(real_nvml):
 
 
 def test_a_minute_of_readings_agrees_with_nvidia_smi_field_by_field(real_nvml):
-    """bench/nvml_vs_smi.py on this machine's GPUs (its table is printed; QUALITY.md records a run)."""
+    """bench/nvml_vs_smi.py on this machine's GPUs (its table is printed)."""
     import shutil
     import subprocess
     import sys

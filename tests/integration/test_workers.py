@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # every table the stream writes, and the views over them, as a user reads them: the tables are
 # ReplacingMergeTree, read with FINAL (a paused worker finishing a batch its partitions' new owner wrote too
-# stores a row twice until the next merge; README, "Querying the store")
+# stores a row twice until the next merge; docs/sql.md, "Idempotent writes")
 TABLES = {
     "gpu_samples": "SELECT * EXCEPT (inserted_at) FROM gpu_samples FINAL ORDER BY node, gpu_uuid, ts",
     "gpu_rollup_1m": "SELECT * FROM gpu_rollup_1m FINAL ORDER BY gpu_uuid, minute",

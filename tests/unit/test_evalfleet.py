@@ -234,7 +234,7 @@ def test_leaking_memory_grows_until_the_process_dies(fleet):
 
 
 def _idle_runs(s: Samples):
-    """The idle rule, written again from its definition (README, "The detectors")."""
+    """The idle rule, written again from its definition (docs/detectors/idle.md)."""
     for u, g in s.gpu.items():
         interval = s.node[s.node_of[u]]["interval"][0]
         run = None

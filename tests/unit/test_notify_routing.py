@@ -215,14 +215,14 @@ def test_an_alert_matching_both_sides_never_mutes_its_like():
     assert not rule.mutes(one, two) and not rule.mutes(two, one)
 
 
-def test_the_example_routing_file_is_the_readme_s_and_never_pages_for_underuse(capsys):
+def test_the_example_routing_file_is_the_manual_s_and_never_pages_for_underuse(capsys):
     from pathlib import Path
 
     from gpufleet.cli import main
 
     root = Path(__file__).resolve().parents[2]
     example = root / "deploy" / "notify" / "routes.toml"
-    assert f"```toml\n{example.read_text()}```" in (root / "README.md").read_text()
+    assert f"```toml\n{example.read_text()}```" in (root / "docs" / "alerting.md").read_text()
 
     def receivers(*labels: str) -> list[str]:
         assert main(["notify", "routes", "test", "--routes", str(example), *labels]) == 0

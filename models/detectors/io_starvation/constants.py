@@ -4,13 +4,13 @@ How they were chosen, said once: the scales of the host's signals, the saw-tooth
 weights were set by hand with the detector (commits 6501510 and 681f6da) and have not been searched; the fall
 from usual work (``USUAL_TAU_S``, ``DROP_MIN``) came with feature set 4 (commit dd7a134), the light job's fall
 (``DROP_SHARE``, ``DROP_MIN_LIGHT``) and the node's shared input path (``SHARED_DROP_SHARE``) were chosen on
-development fleets only (simulated seeds 711-713, held-out family seeds 11-15; QUALITY.md). The trees'
+development fleets only (simulated seeds 711-713, held-out family seeds 11-15; CHANGELOG.md, 0.1.0). The trees'
 threshold and persistence, which are tuned, live in the model file, not here.
 """
 from __future__ import annotations
 
 # -- identity ---------------------------------------------------------------------------------------------------
-KIND = "io_starvation"
+KIND = "io_starvation"       # the alert kind, and the registry's key
 STAGE = "node"               # runs on the node stage: each node's messages, in ts order
 EPOCH = "node"               # decide() takes one node's epoch: every job judged on the node at once
 LEVEL = "job"                # its alerts name a job on a node
@@ -37,7 +37,7 @@ LOW_UTIL = 30.0              # %, a GPU sample below it is "low" (the saw-tooth'
 # -- naming the path ------------------------------------------------------------------------------------------------
 CAUSE_CPU_FROM = 0.5         # share of the host's CPUs busy from which its input pipeline counts as a path ...
 CAUSE_CPU_SPAN = 0.45        # ... in full 45 points higher (95%): the window's mean, which a starvation's first
-                             # window halves (chosen on development fleets 711 and 712, QUALITY.md)
+                             # window halves (chosen on development fleets 711 and 712)
 IOWAIT_LOW = 0.05            # share of CPU time in iowait under which the disk is not waited on (its reads are kept up)
 READS_WEIGHT = 0.5           # disk reads without iowait count half: reads the disk keeps up with are no wait
 DISK_QUIET_GBPS = 0.3        # GB/s of disk reads under which network receive is read as the path in full ...
@@ -48,5 +48,5 @@ ALSO_SEEN_MIN = 0.3          # a path's evidence (idle while it is busy) from wh
 BASELINE_IOWAIT = 0.10       # the rule an operator writes first: iowait above 10% ...
 BASELINE_UTIL = 0.5          # ... while utilization is under half
 
-SECONDS_PER_MINUTE = 60.0
+SECONDS_PER_MINUTE = 60.0    # unit conversion
 GB_PER_GIB = 1e9 / 2 ** 30       # what a summary shows in GiB, from the decimal GB the features keep

@@ -3,14 +3,14 @@
 How they were chosen, said once: the windows (10, 30 and 60 minutes), the blocks, the warm-up and the thresholds
 of the features were set by hand with the detector (commits 6501510 and 681f6da) and have not been searched;
 ``RUNAWAY_MIN`` and ``RUNAWAY_STEP`` were chosen on development fleets only (simulated seeds 711-716 at 2-60 s,
-held-out family seeds 11-15; QUALITY.md "Leaks: runaways"), ``SHARED_PEERS`` and ``SHARED_RATE_SHARE`` on the
-held-out family's seeds 11-15 (QUALITY.md "Leaks: a rise shared with other jobs"). The trees' threshold,
+held-out family seeds 11-15; CHANGELOG.md, 0.1.0: runaways), ``SHARED_PEERS`` and ``SHARED_RATE_SHARE`` on the
+held-out family's seeds 11-15 (CHANGELOG.md, 0.1.0: a rise shared). The trees' threshold,
 persistence and urgent score, which are tuned, live in the model file, not here.
 """
 from __future__ import annotations
 
 # -- identity ---------------------------------------------------------------------------------------------------
-KIND = "memory_leak"
+KIND = "memory_leak"         # the alert kind, and the registry's key
 STAGE = "node"               # runs on the node stage: each node's messages, in ts order
 LEVEL = "gpu"                # its alerts name a GPU (its process)
 
@@ -58,10 +58,10 @@ HOURS_FROM_MIN = 90          # minutes to the OOM from which the time is told in
 UNDER_A_MINUTE = 0.5         # minutes to the OOM under which it is told as "under a minute"
 
 # -- units and storage -----------------------------------------------------------------------------------------------
-MINUTES_PER_HOUR = 60.0
-SECONDS_PER_MINUTE = 60
+MINUTES_PER_HOUR = 60.0      # unit conversion
+SECONDS_PER_MINUTE = 60      # unit conversion
 PERCENT = 100.0              # a percentage as a share
-BYTES_PER_GB = 1e9
+BYTES_PER_GB = 1e9           # the features keep decimal GB; rates are told in bytes
 WHOLE = 2.0 ** 53            # a double holds every whole number below this exactly
 STEP = 2 ** 31               # a step of a 32-bit integer
 INT16_LIMIT = 2 ** 15        # history lengths below it index their pairs in 16 bits

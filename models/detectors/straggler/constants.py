@@ -3,14 +3,14 @@
 How they were chosen, said once: the lockstep rule's constants (``LOCKSTEP_EPOCHS``, ``BIG_MOVE``, the shares
 ``MOVED_WITH_SHARE`` and ``INDEPENDENT_SHARE``) were set from the reasoning of the rule when it was written
 (commit e392b35), not searched; the one change after (a shared move may fall in the neighbouring epoch) came
-from the training fleets (seeds 101-104). ``MIN_SLOWDOWN`` was added on development fleet 555 (QUALITY.md).
+from the training fleets (seeds 101-104). ``MIN_SLOWDOWN`` was added on development fleet 555 (CHANGELOG.md, 0.1.0).
 The others were set by hand with the detector (commit 6501510) and have not been tuned since; the trees'
 threshold and persistence, which are tuned, live in the model file, not here.
 """
 from __future__ import annotations
 
 # -- identity ---------------------------------------------------------------------------------------------------
-KIND = "straggler"
+KIND = "straggler"           # the alert kind, and the registry's key
 STAGE = "job"                # runs on the job stage: every GPU of the job, from every node, in (ts, node) order
 EPOCH = "job"                # decide() takes one job's epoch: every GPU and node of the job at once
 LEVEL = "gpu"                # its alerts name a GPU (a whole slow node is named by its node)

@@ -4,7 +4,7 @@ Headers: ``X-Gpufleet-Timestamp`` (Unix seconds when this attempt was made), ``X
 (``v1=`` and the hex HMAC-SHA256, keyed with the signing key, of ``<timestamp>.<body>``),
 ``X-Gpufleet-Delivery`` (``<alert id>:<status>``, the same on every attempt and after restarts: a
 receiver keeps the first and drops repeats) and ``X-Gpufleet-Event`` (the schema). A receiver checks
-the signature with :func:`verify` (or the few lines the README shows) and refuses timestamps older
+the signature with :func:`verify` (or the few lines docs/alerting.md shows) and refuses timestamps older
 than a few minutes, so a captured request cannot be replayed later.
 """
 from __future__ import annotations

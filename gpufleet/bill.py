@@ -153,6 +153,15 @@ LINE_COLUMNS = ("pool", "gpu_model", "gpus", "rented_hours", "busy_hours", "idle
 MODE_COLUMNS = ("mode", "amount", "billed_amount", "difference", "priced_hours", "rented_hours", "cheapest")
 
 
+def _csv_cell(column: str, v):
+    """A CSV cell: money with its 6 decimals, booleans as true/false (as spreadsheets and SQL loaders read them)."""
+    if column in ("idle_amount", "amount", "billed_amount", "difference"):
+        return _money(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else v
+
+
 def as_csv(bill: dict, compare_modes: bool = False) -> str:
     """One row per invoice line (or, with ``compare_modes``, per tenant and billing mode)."""
     buf = io.StringIO()
@@ -162,8 +171,7 @@ def as_csv(bill: dict, compare_modes: bool = False) -> str:
     for inv in bill["invoices"]:
         for line in inv.get("modes", []) if compare_modes else inv["lines"]:
             w.writerow((bill["month"], inv["tenant"], inv["currency"],
-                        *(_money(line[c]) if c in ("idle_amount", "amount", "billed_amount", "difference")
-                          else line[c] for c in columns)))
+                        *(_csv_cell(c, line[c]) for c in columns)))
     return buf.getvalue()
 
 

@@ -233,6 +233,11 @@ class Store:
         result = self._call(self.client.query, sql, parameters=parameters)
         return list(result.column_names), result.result_rows
 
+    def select_typed(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[str], list[tuple]]:
+        """Column names, their ClickHouse types (``Nullable(Float32)``, ``Decimal(18, 6)``, ...) and rows."""
+        result = self._call(self.client.query, sql, parameters=parameters)
+        return list(result.column_names), [t.name for t in result.column_types], result.result_rows
+
     def close(self) -> None:
         try:
             self.client.close()

@@ -40,6 +40,15 @@ def money(amount: Fraction | Decimal | int) -> str:
     return f"{sign}{units // SCALE}.{units % SCALE:06d}"
 
 
+def written(value) -> str:
+    """A value quoted as the user wrote it: a string as given, a TOML date-time in ISO form, a number as typed."""
+    if isinstance(value, dt.datetime | dt.date):
+        return repr(value.isoformat().replace("+00:00", "Z"))
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
 def _unix(value) -> float:
     """A time as Unix seconds: a number, an ISO date or date-time (UTC unless it says otherwise), or a TOML date."""
     if isinstance(value, bool):
@@ -55,7 +64,7 @@ def _unix(value) -> float:
         return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp()
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
-    raise ValueError(f"{value!r} is not a time (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
+    raise ValueError(f"{written(value)} is not a time (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
 
 
 class Price(BaseModel):
@@ -80,14 +89,10 @@ class Price(BaseModel):
     @field_validator("effective_from", mode="before")
     @classmethod
     def _time(cls, v):
-        return _unix(v)
-
-    @field_validator("effective_from")
-    @classmethod
-    def _whole_hour(cls, v: float) -> float:
-        if v % HOUR_S:
-            raise ValueError(f"{v:g} is not a whole hour: a price takes effect at the start of an hour (UTC)")
-        return v
+        t = _unix(v)
+        if t % HOUR_S:
+            raise ValueError(f"{written(v)} is not a whole hour: a price takes effect at the start of an hour (UTC)")
+        return t
 
     @model_validator(mode="after")
     def _mode(self) -> Price:

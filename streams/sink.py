@@ -26,7 +26,8 @@ LEDGER = Table("billing_ledger", (
     "gpu_uuid", "tenant", "job", "period_start", "period_end", "node", "pool", "gpu_index", "gpu_model", "mig_profile",
     "gpu_share", "team", "billing_mode", "currency", "samples", "interval_s", "rented_s", "busy_s", "idle_s",
     "estimated_s", "unbilled_s", "minimum_topup_s", "util_pct", "busy_util_pct", "price_per_gpu_hour", "amount",
-    "idle_amount", "mode_amounts", "data_quality", "underused_s", "unused_amount", "unsold_amount"))
+    "idle_amount", "mode_amounts", "data_quality", "underused_s", "unused_amount", "unsold_amount", "price_version",
+    "busy_weighted_s", "idle_weighted_s", "estimated_idle_s"))
 
 
 def _ms(t: float | None) -> int | None:
@@ -54,7 +55,9 @@ def ledger_row(e: dict) -> tuple:
             Decimal(e["price_per_gpu_hour"]), Decimal(e["amount"]), Decimal(e["idle_amount"]),
             {k: Decimal(v) for k, v in (e.get("amounts_by_mode") or {}).items()}, e.get("data_quality") or "",
             _seconds(e.get("underused_s") or 0), Decimal(e.get("unused_amount") or "0"),
-            Decimal(e.get("unsold_amount") or "0"))
+            Decimal(e.get("unsold_amount") or "0"), e.get("price_version") or "",
+            Decimal(e.get("busy_weighted_s") or 0), Decimal(e.get("idle_weighted_s") or 0),
+            _seconds(e.get("estimated_idle_s") or 0))
 
 
 def dead_row(d: dict) -> tuple:

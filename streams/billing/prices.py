@@ -14,6 +14,8 @@ compute with exact fractions, and each amount is rounded once, to 6 decimals (ha
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -191,6 +193,7 @@ class Tariff:
         for p in sorted(c.prices, key=lambda p: p.effective_from):
             self._prices.setdefault((p.mode, p.match), []).append(p)
         self._teams = sorted(c.teams.items(), key=lambda kv: -len(kv[0]))
+        self._versions: dict[tuple, str] = {}
 
     def price(self, mode: str, pool: str | None, model: str | None, at: float) -> Price | None:
         """The entry of ``mode`` in effect at ``at`` for a GPU of ``pool`` and ``model``, or None."""
@@ -222,8 +225,12 @@ class Tariff:
         m = _MIG.match(mig_profile)
         if m is None:
             return Fraction(1)
-        total = next((n for name, n in self.config.mig_slices.items() if model and name in model), 7)
+        total = self.slices(model)
         return Fraction(min(int(m.group(1)), total), total)
+
+    def slices(self, model: str | None) -> int:
+        """Compute slices of a whole GPU of this model (``mig_slices``, else 7)."""
+        return next((n for name, n in self.config.mig_slices.items() if model and name in model), 7)
 
     def minimum_ms(self, pool: str | None, model: str | None, at: float) -> int:
         p = self.price("on_demand", pool, model, at)
@@ -261,19 +268,35 @@ class Tariff:
                by_mode: dict, share: Fraction) -> dict:
         """The period's waste (gpufleet/contracts/waste.py): underused busy time, what the tenant paid for the
         unused share of it, and what the provider lost where the tenant pays by utilization."""
-        low = underused(m.busy_ms, m.busy_weighted_ms, self.config.underuse_pct)
-        unused = unused_share(m.busy_ms, m.busy_weighted_ms) if low else Fraction(0)
-        by_use = mode == "usage" and price.weight == "utilization"
+        busy = m.busy_priced_ms
+        low = underused(busy, m.busy_weighted_ms, self.config.underuse_pct)
+        unused = unused_share(busy, m.busy_weighted_ms) if low else Fraction(0)
         listed = by_mode["on_demand"][0] if "on_demand" in by_mode else price
         list_hourly = self.modes["on_demand"].hourly(listed, m.period_start) * share
-        tenant = Fraction(0) if by_use else (amount - idle) * unused
-        provider = Fraction(0)
-        if mode == "usage":                   # idle time is free (or nearly) to a tenant billed by use
-            provider += list_hourly * hours(m.idle_ms) - idle
-        if by_use:                            # and so is the unused share of its busy time
-            provider += list_hourly * hours(m.busy_ms) * unused
-        return {"underused_ms": m.busy_ms if low else 0, "unused_amount": money(max(tenant, Fraction(0))),
+        tenant = provider = Fraction(0)
+        if mode == "usage":
+            # a tenant billed by use pays for what it used: its idle time (free, or nearly) and the unused share of
+            # its underused time are the provider's unsold capacity, at the list price, never the tenant's waste
+            provider = list_hourly * hours(m.idle_priced_ms) - idle + list_hourly * hours(busy) * unused
+        else:
+            tenant = (amount - idle) * unused
+        return {"underused_ms": busy if low else 0, "unused_amount": money(max(tenant, Fraction(0))),
                 "unsold_amount": money(max(provider, Fraction(0)))}
+
+    def version(self, tenant: str, pool: str | None, model: str | None, at: float) -> str:
+        """The version of the price book that prices this tenant's GPU at ``at``: a digest of what its amounts
+        depend on (the tenant's mode, the entry of every mode in effect then, the currency and the waste
+        threshold). A price corrected after the fact, or a tenant moved to another mode, gives another version;
+        entries that do not apply to the GPU, or that take effect later, do not."""
+        entries = tuple(self.price(name, pool, model, at) for name in self.modes)
+        key = (self.mode_of(tenant), tuple(id(p) for p in entries), self.slices(model))
+        found = self._versions.get(key)
+        if found is None:
+            text = json.dumps([key[0], [None if p is None else p.model_dump(mode="json", by_alias=True)
+                                        for p in entries], self.config.currency, self.config.underuse_pct,
+                               str(key[2])], sort_keys=True, default=str)
+            found = self._versions[key] = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+        return found
 
 
 _DEFAULT: list[Tariff] = []

@@ -352,6 +352,10 @@ class Store:
         range when there are many; the other columns' values or time range), whatever the batch's size."""
         return self._stored(table, self._key(table, columns), set(map(self._key_of(table, columns), rows)))
 
+    def key_of(self, table: str, columns: Sequence[str]):
+        """A function of a row (in ``columns`` order) giving its key in ``table``, a tuple in key order."""
+        return self._key_of(table, columns)
+
     def _key_of(self, table: str, columns: Sequence[str]):
         """A function of a row giving its key, a tuple in key order."""
         at = [i for i, _, _ in self._key(table, columns)]

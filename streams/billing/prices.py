@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpufleet.contracts.waste import UNDERUSE_PCT, underused, unused_share
 
+from .commitments import Commitment
 from .metered import Metered, hours
 
 HOUR_S = 3600
@@ -133,6 +134,13 @@ class BillingConfig(BaseModel):
     underuse_pct: float = Field(UNDERUSE_PCT, gt=0, le=100,
                                 description="a rented GPU's billing period whose busy time ran below this mean "
                                             "utilization is underused: the unused share of it is waste")
+    commitments: list[Commitment] = Field(default_factory=list,
+                                          description="GPUs tenants commit to for a term, billed whether used or not")
+    provider: str = Field("gpufleet", min_length=1, max_length=200,
+                          description="the provider's name in FOCUS exports (Provider, Publisher, InvoiceIssuer)")
+    spot_interruption_pct: float = Field(5.0, ge=0, lt=100,
+                                         description="share of spot GPU-hours expected to be interrupted and run "
+                                                     "again: bill --compare-modes prices spot with it")
 
     def default_price_note(self) -> str | None:
         """What every surface that shows money says when the price table is still the default flat price."""
@@ -173,6 +181,15 @@ class BillingConfig(BaseModel):
             if not 1 <= n <= 8:
                 raise ValueError(f"{model!r}: {n} slices is not between 1 and 8")
         return v
+
+    @model_validator(mode="after")
+    def _commitment_names(self) -> BillingConfig:
+        seen: set[str] = set()
+        for i, c in enumerate(self.commitments):
+            if c.name in seen:
+                raise ValueError(f"commitments.{i}.name: {c.name!r} names another commitment too")
+            seen.add(c.name)
+        return self
 
     @model_validator(mode="after")
     def _catch_all(self) -> BillingConfig:

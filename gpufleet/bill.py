@@ -182,6 +182,12 @@ def _compare(store, tariff, first: dt.date, where: str, params: dict, invoices: 
             "detail": "the commitment that costs least for this usage, the rest on demand; " + "; ".join(sizes)})
     for inv in invoices.values():
         modes = inv.get("modes", [])
+        # what the tenant pays for the month's usage as billed: the ledger's amount, less what its commitments
+        # covered, plus their fees (adjustments of earlier months aside)
+        paid = inv["total"]["amount"] + sum((c["billed_amount"] - c["covered_amount"] for c in inv["commitments"]),
+                                            Decimal(0))
+        for m in modes:
+            m["billed_amount"], m["difference"] = paid, m["amount"] - paid
         modes.sort(key=lambda m: m["amount"])
         on_demand = next((m["amount"] for m in modes if m["mode"] == "on_demand"), None)
         for m in modes:

@@ -120,10 +120,14 @@ def test_rerate_equals_a_fresh_replay_at_the_new_prices_records_each_change_and_
         capsys, server_store, other_store, config, dsn):
     meter(server_store, "2.95")
     before = ledger(server_store)
+    changed = [r for r in before if r[6] == "h100-sxm-east"]                 # the east pool's rows
+    code, out, err = gpufleet(capsys, config("3.50"), server_store, "bill", "rerate", "--from", "2026-01-05",
+                              "--to", "2026-01-06", "--reason", "a look first", "--dry-run")
+    assert code == 0 and f"would change {len(changed)} (" in out, err
+    assert ledger(server_store) == before and server_store.query("SELECT count() FROM billing_rerate_audit") == [(0,)]
     code, out, err = gpufleet(capsys, config("3.50"), server_store, "bill", "rerate", "--from", "2026-01-05",
                               "--to", "2026-01-06", "--reason", "east price corrected to 3.50")
     assert code == 0, err
-    changed = [r for r in before if r[6] == "h100-sxm-east"]                 # the east pool's rows
     assert f"changed {len(changed)} ({len(changed)} in the ledger" in out, out
     audit = server_store.query("SELECT reason, old_amount, new_amount, old_version, new_version, applied_to "
                                "FROM billing_rerate_audit")

@@ -69,7 +69,7 @@ test: $(VENV)/.installed-test $(FOCUS_VENV)/.installed
 	  PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
 	  set -a; . $(SERVICES)/env; set +a; \
 	fi; \
-	GPUFLEET_FOCUS_VALIDATOR=$(FOCUS_VENV)/bin/focus-validator $(VENV)/bin/pytest --durations=15 $(PYTEST_ARGS)
+	GPUFLEET_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(VENV)/bin/pytest --durations=15 $(PYTEST_ARGS)
 
 services-start: $(VENV)/.installed-test
 	PYTHON=$(PY) deploy/local/services.sh start $(SERVICES)

@@ -144,7 +144,8 @@ def test_unsold_capacity_per_pool_and_hour_priced_at_list(cli):
 
 def validator() -> str | None:
     found = os.environ.get("GPUFLEET_FOCUS_VALIDATOR") or str(ROOT / ".venv-focus" / "bin" / "focus-validator")
-    return found if os.path.exists(found) or shutil.which(found) else None
+    found = shutil.which(found) or found
+    return os.path.abspath(found) if os.path.exists(found) else None        # it runs in another directory
 
 
 # focus-validator 1.0.0's rule set for FOCUS 1.0 still names two things as FOCUS 0.5 did: ResourceID (1.0:

@@ -6,7 +6,8 @@ PY       := $(VENV)/bin/python
 SERVICES ?= .services
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint docs docs-gen venv services-start services-stop bench eval eval-intervals eval-forecast clean help
+.PHONY: demo test lint docs docs-gen venv services-start services-stop bench eval eval-intervals eval-forecast clean help \
+	focus-validator
 
 help:
 	@echo "make demo            simulate a fleet, run it through the embedded pipeline, print a summary"
@@ -18,6 +19,7 @@ help:
 	@echo "make eval            the detectors' evaluation of QUALITY.md: simulated fleet 9001 and the held-out family"
 	@echo "make eval-intervals  the same, each sampling interval (1, 5, 10, 30, 60 s) scored on its own"
 	@echo "make eval-forecast   the forecast evaluation of QUALITY.md (TRACES=DIR adds the trace CSVs found there)"
+	@echo "make focus-validator the FinOps FOCUS validator in its own virtualenv ($(FOCUS_VENV)), for the tests"
 	@echo "make services-start  start the local Kafka broker and ClickHouse server (env in $(SERVICES)/env)"
 	@echo "make services-stop   stop them"
 
@@ -41,6 +43,17 @@ $(VENV)/.installed-docs: pyproject.toml setup.py | $(PY)
 
 venv: $(VENV)/.installed-test
 
+# The FOCUS validator (the finance extra's) needs numpy<2 and pandas<3: it gets a virtualenv of its own, and the
+# tests run it as a program (GPUFLEET_FOCUS_VALIDATOR)
+FOCUS_VENV ?= .venv-focus
+$(FOCUS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(FOCUS_VENV)
+	$(FOCUS_VENV)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load( \
+	  open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["finance"]))')
+	@touch $@
+
+focus-validator: $(FOCUS_VENV)/.installed
+
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/gpufleet demo
 
@@ -55,14 +68,14 @@ lint: $(VENV)/.installed-test
 
 # Services are started here when Java is present (Kafka's jars come from Maven Central once);
 # otherwise the test fixtures use testcontainers where a Docker engine answers.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test $(FOCUS_VENV)/.installed
 	@set -e; \
 	if command -v java >/dev/null 2>&1; then \
 	  trap 'PYTHON=$(PY) deploy/local/services.sh stop $(SERVICES) >/dev/null 2>&1 || true' EXIT INT TERM; \
 	  PYTHON=$(PY) deploy/local/services.sh start $(SERVICES) >/dev/null; \
 	  set -a; . $(SERVICES)/env; set +a; \
 	fi; \
-	$(VENV)/bin/pytest --durations=15 $(PYTEST_ARGS)
+	GPUFLEET_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(VENV)/bin/pytest --durations=15 $(PYTEST_ARGS)
 
 # the manual: its generated pages must be current (tests/unit/test_docs.py holds them too), then a strict build
 docs: $(VENV)/.installed-docs
@@ -110,4 +123,4 @@ eval-forecast: $(VENV)/.installed-test
 	$(PY) bench/eval_forecast.py $(if $(TRACES),--traces $(TRACES)) $(if $(DEV),--dev)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(SERVICES) .typecheck .lint-imports site
+	rm -rf $(VENV) $(FOCUS_VENV) build dist *.egg-info $(SERVICES) .typecheck .lint-imports site

@@ -14,6 +14,7 @@ import json
 import re
 from decimal import Decimal
 
+from gpufleet.streams.billing.prices import money
 from gpufleet.summary import table
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -66,9 +67,22 @@ def _cents(v) -> Decimal:
     return Decimal(v).quantize(Decimal("0.000001"))
 
 
-def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = False) -> dict:
-    """The month's invoices: ``{"month": ..., "invoices": [...]}``, one per tenant and currency."""
-    params: dict = {"month": month_start(month)}
+def _invoice_of(invoices: dict, tenant: str, currency: str) -> dict:
+    return invoices.setdefault((tenant, currency), {
+        "tenant": tenant, "currency": currency, "lines": [],
+        "total": {k: Decimal(0) for k in ("rented_s", "busy_s", "idle_s", "idle_amount", "estimated_s", "amount")},
+        "waste": {"low_utilization": None, "overprovisioned": []}, "commitments": [], "adjustments": []})
+
+
+def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = False, tariff=None) -> dict:
+    """The month's invoices: ``{"month": ..., "invoices": [...]}``, one per tenant and currency: the usage lines
+    (the ledger's amounts in the tenant's mode), the commitments (billed whether used or not; the usage they cover
+    comes off), the adjustments to closed months invoiced this month, and what is due."""
+    from gpufleet import finance
+    from gpufleet.streams.billing.prices import Tariff
+    tariff = tariff or Tariff()
+    first = month_start(month)
+    params: dict = {"month": first}
     where = ""
     if tenant is not None:
         params["tenant"] = tenant
@@ -76,11 +90,7 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
     invoices: dict[tuple[str, str], dict] = {}
     names, rows = store.select(LINES.format(tenant=where), params)
     for r in (dict(zip(names, row)) for row in rows):
-        inv = invoices.setdefault((r["tenant"], r["currency"]), {
-            "tenant": r["tenant"], "currency": r["currency"], "lines": [],
-            "total": {k: Decimal(0) for k in ("rented_s", "busy_s", "idle_s", "idle_amount", "estimated_s",
-                                              "amount")},
-            "waste": {"low_utilization": None, "overprovisioned": []}})
+        inv = _invoice_of(invoices, r["tenant"], r["currency"])
         inv["lines"].append({"pool": r["pool"], "gpu_model": r["gpu_model"], "gpus": r["gpus"],
                              "rented_hours": hours(r["rented_s"]), "busy_hours": hours(r["busy_s"]),
                              "idle_hours": hours(r["idle_s"]), "idle_amount": r["idle_amount"],
@@ -98,25 +108,94 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
         if (r["tenant"], r["currency"]) in invoices:
             invoices[(r["tenant"], r["currency"])]["waste"]["overprovisioned"].append(
                 {k: r[k] for k in ("job", "gpus", "idle_gpus", "idle_gpu_hours", "idle_gpu_amount")})
+    for (t, cur), found in finance.commitment_months(store, tariff, first, tenant).items():
+        _invoice_of(invoices, t, cur)["commitments"] = [
+            {k: c[k] for k in ("commitment", "pool", "gpus", "committed_hours", "used_hours", "billed_amount",
+                               "amortized_amount", "unused_amount", "covered_amount")} for c in found]
+    for a in finance.adjustments_invoiced(store, first, tenant):
+        _invoice_of(invoices, a["tenant"], a["currency"])["adjustments"].append(
+            {"usage_month": a["usage_month"].strftime("%Y-%m"), "kind": a["kind"], "rows": a["rows"],
+             "amount": a["amount"]})
     if compare_modes:
-        names, rows = store.select(MODES.format(tenant=where), params)
-        for r in (dict(zip(names, row)) for row in rows):
-            found = invoices.get((r["tenant"], r["currency"]))
-            if found is not None:
-                found.setdefault("modes", []).append(
-                    {k: r[k] for k in ("mode", "amount", "billed_amount", "difference", "priced_hours",
-                                       "rented_hours")})
-        for inv in invoices.values():
-            complete = [m for m in inv.get("modes", []) if m["priced_hours"] == m["rented_hours"]]
-            cheapest = min(complete, key=lambda m: m["amount"], default=None)
-            for m in inv.get("modes", []):
-                m["cheapest"] = m is cheapest
+        _compare(store, tariff, first, where, params, invoices, tenant)
     for inv in invoices.values():
         t = inv["total"]
         inv["total"] = {"rented_hours": hours(t["rented_s"]), "busy_hours": hours(t["busy_s"]),
                         "idle_hours": hours(t["idle_s"]), "idle_amount": t["idle_amount"],
                         "estimated_hours": hours(t["estimated_s"]), "amount": t["amount"]}
-    return {"month": month, "invoices": list(invoices.values())}
+        covered = sum((c["covered_amount"] for c in inv["commitments"]), Decimal(0))
+        fees = sum((c["billed_amount"] for c in inv["commitments"]), Decimal(0))
+        adjusted = sum((a["amount"] for a in inv["adjustments"]), Decimal(0))
+        inv["due"] = {"usage": t["amount"], "covered_by_commitments": -covered, "commitments": fees,
+                      "adjustments": adjusted, "total": t["amount"] - covered + fees + adjusted}
+    return {"month": month, "invoices": [invoices[k] for k in sorted(invoices)]}
+
+
+def _compare(store, tariff, first: dt.date, where: str, params: dict, invoices: dict, tenant: str | None) -> None:
+    """Each invoice's ``modes``: what the month would have cost on demand, with the commitment size that costs
+    least for the usage seen (at the price table's reserved price per GPU-month), on spot with the expected
+    interruptions (billing.spot_interruption_pct) and billed by use; the cheapest complete one marked."""
+    from fractions import Fraction
+
+    from gpufleet import finance
+    from gpufleet.streams.billing.commitments import best_size
+    p = Fraction(tariff.config.spot_interruption_pct) / 100
+    names, rows = store.select(MODES.format(tenant=where), params)
+    usage = finance.usage_by_period(store, first, tenant)
+    at = dt.datetime.combine(first, dt.time(), dt.UTC).timestamp()
+    for r in (dict(zip(names, row)) for row in rows):
+        found = invoices.get((r["tenant"], r["currency"]))
+        if found is None or r["mode"] == "reserved":        # reserved (a monthly rate, no commitment): see below
+            continue
+        m = {k: r[k] for k in ("mode", "amount", "billed_amount", "difference", "priced_hours", "rented_hours")}
+        m["detail"] = ""
+        if r["mode"] == "spot":
+            m["amount"] = Decimal(money(Fraction(r["amount"]) / (1 - p)))
+            m["difference"] = m["amount"] - r["billed_amount"]
+            m["detail"] = (f"interruptible: priced with {tariff.config.spot_interruption_pct:g} % of its GPU-hours "
+                           "expected to be interrupted and run again (billing.spot_interruption_pct)")
+        found.setdefault("modes", []).append(m)
+    for (t, cur), by_period in usage.items():
+        found = invoices.get((t, cur))
+        if found is None:
+            continue
+        billed = found["total"]["amount"]
+        cost, priced, sizes = Fraction(0), Fraction(0), []
+        for pool in sorted({k[0] for k in by_period}):
+            mine = {k[1]: (v[0], v[2]) for k, v in by_period.items() if k[0] == pool}
+            entry = tariff.price("reserved", pool or None, None, at)
+            if entry is None or entry.per_gpu_month is None:
+                continue
+            n, c = best_size(Fraction(entry.per_gpu_month), tariff.config.period_s, mine)
+            on_demand = sum((v[1] for v in mine.values()), Fraction(0))
+            cost += c
+            priced += sum((v[0] for v in mine.values()), Fraction(0))
+            sizes.append(f"{pool or '(no pool)'}: {n} GPUs at {entry.per_gpu_month} a GPU-month, saving "
+                         f"{money(on_demand - c)} against on demand")
+        if not sizes:
+            continue
+        rented = Decimal(money(sum((v[0] for v in by_period.values()), Fraction(0)) / 3600))
+        amount = Decimal(money(cost))
+        found.setdefault("modes", []).append({
+            "mode": "commitment", "amount": amount, "billed_amount": billed, "difference": amount - billed,
+            "priced_hours": Decimal(money(priced / 3600)), "rented_hours": rented,
+            "detail": "the commitment that costs least for this usage, the rest on demand; " + "; ".join(sizes)})
+    for inv in invoices.values():
+        modes = inv.get("modes", [])
+        # what the tenant pays for the month's usage as billed: the ledger's amount, less what its commitments
+        # covered, plus their fees (adjustments of earlier months aside)
+        paid = inv["total"]["amount"] + sum((c["billed_amount"] - c["covered_amount"] for c in inv["commitments"]),
+                                            Decimal(0))
+        for m in modes:
+            m["billed_amount"], m["difference"] = paid, m["amount"] - paid
+        modes.sort(key=lambda m: m["amount"])
+        on_demand = next((m["amount"] for m in modes if m["mode"] == "on_demand"), None)
+        for m in modes:
+            m["saving"] = None if on_demand is None else on_demand - m["amount"]
+        complete = [m for m in modes if m["priced_hours"] == m["rented_hours"]]
+        cheapest = min(complete, key=lambda m: m["amount"], default=None)
+        for m in modes:
+            m["cheapest"] = m is cheapest
 
 
 # -- output -----------------------------------------------------------------------------------------------
@@ -143,14 +222,30 @@ def as_json(bill: dict) -> str:
         for job in inv["waste"]["overprovisioned"]:
             job["idle_gpu_amount"] = _money(job["idle_gpu_amount"])
         for m in inv.get("modes", []):
-            for k in ("amount", "billed_amount", "difference"):
-                m[k] = _money(m[k])
+            for k in ("amount", "billed_amount", "difference", "saving"):
+                m[k] = None if m.get(k) is None else _money(m[k])
+        for c in inv["commitments"]:
+            for k in ("billed_amount", "amortized_amount", "unused_amount", "covered_amount"):
+                c[k] = _money(c[k])
+        for a in inv["adjustments"]:
+            a["amount"] = _money(a["amount"])
+        inv["due"] = {k: _money(v) for k, v in inv["due"].items()}
     return json.dumps(_plain(bill), indent=2)
 
 
 LINE_COLUMNS = ("pool", "gpu_model", "gpus", "rented_hours", "busy_hours", "idle_hours", "idle_amount",
                 "estimated_hours", "amount")
-MODE_COLUMNS = ("mode", "amount", "billed_amount", "difference", "priced_hours", "rented_hours", "cheapest")
+MODE_COLUMNS = ("mode", "amount", "billed_amount", "difference", "saving", "priced_hours", "rented_hours", "cheapest",
+                "detail")
+
+
+def _csv_cell(column: str, v):
+    """A CSV cell: money with its 6 decimals, booleans as true/false (as spreadsheets and SQL loaders read them)."""
+    if column in ("idle_amount", "amount", "billed_amount", "difference", "saving"):
+        return "" if v is None else _money(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else v
 
 
 def as_csv(bill: dict, compare_modes: bool = False) -> str:
@@ -162,8 +257,7 @@ def as_csv(bill: dict, compare_modes: bool = False) -> str:
     for inv in bill["invoices"]:
         for line in inv.get("modes", []) if compare_modes else inv["lines"]:
             w.writerow((bill["month"], inv["tenant"], inv["currency"],
-                        *(_money(line[c]) if c in ("idle_amount", "amount", "billed_amount", "difference")
-                          else line[c] for c in columns)))
+                        *(_csv_cell(c, line.get(c)) for c in columns)))
     return buf.getvalue()
 
 
@@ -180,7 +274,7 @@ def as_table(bill: dict, compare_modes: bool = False, underuse_pct: float = 60.0
                      t["estimated_hours"], _cents(t["amount"])))
         text = [f"{inv['tenant']}: {bill['month']}, {cur}",
                 table(["pool", "GPU model", "GPUs", "rented h", "busy h", "idle h", "idle cost", "estimated h",
-                       "amount"], rows)]
+                       "amount"], rows) if inv["lines"] else "no usage this month"]
         waste = []
         low = inv["waste"]["low_utilization"]
         if low:
@@ -193,13 +287,75 @@ def as_table(bill: dict, compare_modes: bool = False, underuse_pct: float = 60.0
         for job in inv["waste"]["overprovisioned"]:
             waste.append(f"  over-provisioned: job {job['job']} left {job['idle_gpus']} of its {job['gpus']} GPUs "
                          f"idle, {job['idle_gpu_hours']} GPU-hours, {_money(job['idle_gpu_amount'])} {cur}")
-        text.append("waste beyond idle:\n" + ("\n".join(waste) if waste else "  none"))
+        if inv["lines"]:
+            text.append("waste beyond idle:\n" + ("\n".join(waste) if waste else "  none"))
+        if inv["commitments"]:
+            text.append("commitments (billed whether used or not):\n" + table(
+                ["commitment", "pool", "GPUs", "committed h", "used h", "billed", "amortized", "unused",
+                 "usage covered"],
+                [(c["commitment"], c["pool"], c["gpus"], c["committed_hours"], c["used_hours"],
+                  _cents(c["billed_amount"]), _cents(c["amortized_amount"]), _cents(c["unused_amount"]),
+                  _cents(c["covered_amount"])) for c in inv["commitments"]]))
+        if inv["adjustments"]:
+            text.append("adjustments to closed months:\n" + table(
+                ["month of use", "kind", "rows", "amount"],
+                [(a["usage_month"], a["kind"], a["rows"], _cents(a["amount"])) for a in inv["adjustments"]]))
+        due = inv["due"]
+        if inv["commitments"] or inv["adjustments"]:
+            text.append(f"due: usage {_money(due['usage'])} - covered by commitments "
+                        f"{_money(-due['covered_by_commitments'])} + commitments {_money(due['commitments'])} + "
+                        f"adjustments {_money(due['adjustments'])} = {_money(due['total'])} {cur}")
+        else:
+            text.append(f"due: {_money(due['total'])} {cur}")
         if compare_modes:
             modes = inv.get("modes", [])
             text.append("in each billing mode:\n" + (table(
-                ["mode", "amount", "billed", "difference", "priced h", "rented h", ""],
+                ["mode", "amount", "billed", "difference", "saving", "priced h", "rented h", ""],
                 [(m["mode"], _cents(m["amount"]), _cents(m["billed_amount"]), _cents(m["difference"]),
-                  m["priced_hours"], m["rented_hours"], "cheapest" if m["cheapest"] else "") for m in modes])
+                  "" if m["saving"] is None else _cents(m["saving"]), m["priced_hours"], m["rented_hours"],
+                  "cheapest" if m["cheapest"] else "") for m in modes])
                 if modes else "  (no modes priced)"))
+            text.extend(f"  {m['mode']}: {m['detail']}" for m in modes if m.get("detail"))
         parts.append("\n".join(text))
     return "\n\n".join(parts)
+
+
+def capacity_text(rows: list[dict], month: dt.date, currency: str, fmt: str, hourly: bool) -> str:
+    """``bill capacity``: per pool and day (or hour), installed, rented and unsold GPU-hours and the unsold ones
+    at list price, with each pool's month."""
+    keys = ("installed_gpu_hours", "rented_gpu_hours", "unsold_gpu_hours", "unsold_amount")
+    groups: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        when = r["hour"].strftime("%Y-%m-%d %H:00" if hourly else "%Y-%m-%d")
+        g = groups.setdefault((r["pool"], when), {"pool": r["pool"], "when": when, "gpus": 0,
+                                                  **{k: Decimal(0) for k in keys}})
+        g["gpus"] = max(g["gpus"], r["gpus"])
+        for k in keys:
+            g[k] += r[k]
+    lines = list(groups.values())
+    totals: dict[str, dict] = {}
+    for g in lines:
+        t = totals.setdefault(g["pool"], {"pool": g["pool"], "when": f"{month:%Y-%m}", "gpus": 0,
+                                          **{k: Decimal(0) for k in keys}})
+        t["gpus"] = max(t["gpus"], g["gpus"])
+        for k in keys:
+            t[k] += g[k]
+    columns = ("pool", "when", "gpus", *keys)
+    if fmt == "json":
+        return json.dumps({"month": f"{month:%Y-%m}", "currency": currency, "lines": _plain(lines),
+                           "pools": _plain(list(totals.values()))}, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow((*columns, "currency"))
+        for g in lines:
+            w.writerow((*(g[c] for c in columns), currency))
+        return buf.getvalue()
+    if not lines:
+        return f"no telemetry for {month:%Y-%m}\n"
+    head = ["pool", "hour" if hourly else "day", "GPUs", "installed GPU-h", "rented GPU-h", "unsold GPU-h",
+            f"unsold at list, {currency}"]
+    body = [tuple(g[c] for c in columns) for g in lines]
+    body += [tuple(t[c] for c in columns) for t in totals.values()]
+    return (f"unsold capacity, {month:%Y-%m} (installed: GPUs reporting telemetry; unsold: installed less "
+            "rented, priced at the pool's on-demand list price)\n" + table(head, body) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from decimal import Decimal
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -18,7 +19,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDi
 from gpufleet.contracts.files import FileError, read_toml
 from gpufleet.models.scaling import Policy
 from gpufleet.sql import parse_dsn
-from gpufleet.streams.billing.prices import BillingConfig
+from gpufleet.streams.billing.prices import BillingConfig, written
 from gpufleet.streams.config import StreamConfig
 
 ENV_PREFIX = "GPUFLEET_"
@@ -238,6 +239,9 @@ def _describe(err: ValidationError, config_file: str | None) -> str:
     env = ENV_PREFIX + "__".join(str(p) for p in e["loc"]).upper()
     where = f" (flag, {env}" + (f" or {config_file})" if config_file else ")")
     msg = e["msg"].removeprefix("Value error, ")
+    value = e.get("input")
+    if isinstance(value, str | int | float | Decimal) and not isinstance(value, bool) and e["type"] != "value_error":
+        msg = f"{written(value)}: {msg[:1].lower()}{msg[1:]}"     # the value as the user wrote it, then what is wrong
     return f"setting {path}{where}: {msg}"
 
 

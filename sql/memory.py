@@ -1,6 +1,7 @@
 """A store double for unit tests of what writes to the store: rows kept in memory, outages on demand.
 
-Not a database: it answers no query. Tests of SQL, of idempotent writes and of the materialized views
+Not a database: every query it is asked returns no row (so a writer finds no month closed and nothing stored at
+other prices). Tests of SQL, of idempotent writes and of the materialized views
 talk to the real ClickHouse engine (tests/integration).
 """
 from __future__ import annotations
@@ -27,6 +28,9 @@ class MemoryStore:
             raise StoreUnavailable(f"{batch.table}: the memory store is down (as asked)")
         self.rows.setdefault(batch.table, []).extend(batch.rows)
         return len(batch.rows)
+
+    def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
+        return []
 
     def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
         return self.insert(self.prepare(table, columns, rows, dedup))

@@ -233,6 +233,11 @@ class Store:
         result = self._call(self.client.query, sql, parameters=parameters)
         return list(result.column_names), result.result_rows
 
+    def select_typed(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[str], list[tuple]]:
+        """Column names, their ClickHouse types (``Nullable(Float32)``, ``Decimal(18, 6)``, ...) and rows."""
+        result = self._call(self.client.query, sql, parameters=parameters)
+        return list(result.column_names), [t.name for t in result.column_types], result.result_rows
+
     def close(self) -> None:
         try:
             self.client.close()
@@ -346,6 +351,10 @@ class Store:
         """Keys of ``rows`` already in ``table``, in one range query (the first key column's values, or their
         range when there are many; the other columns' values or time range), whatever the batch's size."""
         return self._stored(table, self._key(table, columns), set(map(self._key_of(table, columns), rows)))
+
+    def key_of(self, table: str, columns: Sequence[str]):
+        """A function of a row (in ``columns`` order) giving its key in ``table``, a tuple in key order."""
+        return self._key_of(table, columns)
 
     def _key_of(self, table: str, columns: Sequence[str]):
         """A function of a row giving its key, a tuple in key order."""

@@ -75,9 +75,16 @@ class Sample:
 
 
 COUNTERS = ("interval_ms", "samples", "rented", "busy", "idle", "undecided", "estimated", "unbilled", "topup",
-            "util_sum", "util_ms", "busy_util_sum", "busy_util_ms", "open_util_sum", "open_util_ms")
+            "util_sum", "util_ms", "busy_util_sum", "busy_util_ms", "open_util_sum", "open_util_ms",
+            "price_util_sum", "price_util_ms", "price_busy_sum", "price_busy_ms", "price_open_sum", "price_open_ms",
+            "gap_idle", "gap_idle_sum")
 (INTERVAL_MS, SAMPLES, RENTED, BUSY, IDLE, UNDECIDED, ESTIMATED, UNBILLED, TOPUP, UTIL_SUM, UTIL_MS, BUSY_UTIL_SUM,
- BUSY_UTIL_MS, OPEN_UTIL_SUM, OPEN_UTIL_MS) = range(len(COUNTERS))
+ BUSY_UTIL_MS, OPEN_UTIL_SUM, OPEN_UTIL_MS, PRICE_UTIL_SUM, PRICE_UTIL_MS, PRICE_BUSY_SUM, PRICE_BUSY_MS,
+ PRICE_OPEN_SUM, PRICE_OPEN_MS, GAP_IDLE, GAP_IDLE_SUM) = range(len(COUNTERS))
+# added with usage-billing semantics (issue 51): a saved state without them takes them from the measured sums
+_PRICE_FROM = {"price_util_sum": "util_sum", "price_util_ms": "util_ms", "price_busy_sum": "busy_util_sum",
+               "price_busy_ms": "busy_util_ms", "price_open_sum": "open_util_sum", "price_open_ms": "open_util_ms",
+               "gap_idle": None, "gap_idle_sum": None}
 _ZEROS = array("q", bytes(8 * len(COUNTERS)))
 
 
@@ -106,7 +113,11 @@ class Record:
 
     - ``undecided``: in an idle run that has not reached the window yet;
     - ``util_sum``, ``util_ms``: the sum of util x ms over the time with a reading, and that time; ``busy_*`` of
-      the busy time, ``open_*`` of the undecided time."""
+      the busy time, ``open_*`` of the undecided time;
+    - ``price_*``: the same sums with the estimated time (billed across a telemetry gap) at its neighbours' mean
+      utilization: what usage billing prices (the ``util_*`` sums stay those of the readings);
+    - ``gap_idle``, ``gap_idle_sum``: estimated time of a gap between two idle samples (busy for the idle rule,
+      which a gap ends, but idle for pricing and waste), and its util x ms at the neighbours' mean."""
 
     __slots__ = ("period_start", "tenant", "job", "pool", "model", "index", "mig_profile", "c")
 
@@ -119,7 +130,10 @@ class Record:
 
     interval_ms, samples, rented, busy, idle = (_Counter(n) for n in COUNTERS[:5])
     undecided, estimated, unbilled, topup = (_Counter(n) for n in COUNTERS[5:9])
-    util_sum, util_ms, busy_util_sum, busy_util_ms, open_util_sum, open_util_ms = (_Counter(n) for n in COUNTERS[9:])
+    util_sum, util_ms, busy_util_sum, busy_util_ms, open_util_sum, open_util_ms = (_Counter(n) for n in COUNTERS[9:15])
+    price_util_sum, price_util_ms, price_busy_sum, price_busy_ms, price_open_sum, price_open_ms = (
+        _Counter(n) for n in COUNTERS[15:21])
+    gap_idle, gap_idle_sum = (_Counter(n) for n in COUNTERS[21:])
 
     def settle(self, idle: bool) -> None:
         """The idle run this record's undecided time belongs to is decided."""
@@ -130,7 +144,9 @@ class Record:
             c[BUSY] += c[UNDECIDED]
             c[BUSY_UTIL_SUM] += c[OPEN_UTIL_SUM]
             c[BUSY_UTIL_MS] += c[OPEN_UTIL_MS]
-        c[UNDECIDED] = c[OPEN_UTIL_SUM] = c[OPEN_UTIL_MS] = 0
+            c[PRICE_BUSY_SUM] += c[PRICE_OPEN_SUM]
+            c[PRICE_BUSY_MS] += c[PRICE_OPEN_MS]
+        c[UNDECIDED] = c[OPEN_UTIL_SUM] = c[OPEN_UTIL_MS] = c[PRICE_OPEN_SUM] = c[PRICE_OPEN_MS] = 0
 
     def to_state(self) -> dict:
         return {"period_start": self.period_start, "tenant": self.tenant, "job": self.job, "pool": self.pool,
@@ -139,6 +155,7 @@ class Record:
 
     @classmethod
     def from_state(cls, state: dict) -> Record:
+        state = {**{k: state.get(v, 0) if v else 0 for k, v in _PRICE_FROM.items()}, **state}
         names = (*cls.__slots__[:-1], *COUNTERS)
         missing = [n for n in names if n not in state]
         unknown = [k for k in state if k not in names]
@@ -228,13 +245,18 @@ class Metering:
             start, a = ts_ms, m.pending
             run = runs.get(g.uuid)
             if a is not None:
+                util = g.util_pct
+                after = None if util is None else round(util * UTIL_SCALE)
                 if tenant == a.tenant and ts - a.ts <= 3 * a.interval:
                     goes_on = run is not None and m.run_start is not None and _ms(run.start) == m.run_start
-                    start = self._continue(m, a, ts, goes_on, period)
+                    start = self._continue(m, a, ts, goes_on, period, _between(a.util, after))
                 else:
                     fill = tenant == a.tenant and (bc.gap_policy == "bill" or (
                         bc.gap_policy == "evidence" and lost and node_ts == a.ts))
-                    self._break(m, a, ts if tenant == a.tenant else None, fill, tariff, period)
+                    idle_pct = cfg.idle_threshold_pct * UTIL_SCALE
+                    both_idle = a.util is not None and after is not None and a.util < idle_pct and after < idle_pct
+                    self._break(m, a, ts if tenant == a.tenant else None, fill, tariff, period,
+                                _between(a.util, after), both_idle)
             if tenant is None:
                 m.pending = None
             else:
@@ -259,27 +281,30 @@ class Metering:
             self._emit(ts_ms, msg.node, tariff, out)
 
     # -- time into records ----------------------------------------------------
-    def _continue(self, m: GpuMeter, a: Sample, ts: float, goes_on: bool, period: int) -> int:
+    def _continue(self, m: GpuMeter, a: Sample, ts: float, goes_on: bool, period: int, near: int | None) -> int:
         """The next sample continues ``a``'s rental within three intervals: ``a``'s time runs up to it. Returns
-        where the next sample's time begins."""
+        where the next sample's time begins. ``near``: the neighbours' mean utilization, which prices the time
+        estimated where a sample is missing."""
         missing = ts - a.ts > 1.5 * a.interval
         if m.run_start is not None and not goes_on:
             # ``a`` ends its idle run: idle (or undecided) to its own end, busy from there to the next sample
             end, upto = a.end, max(_ms(ts), a.end)
             self._time(m, a, a.start, end, True, False, period)
-            self._time(m, a, end, upto, False, missing, period)
+            self._time(m, a, end, upto, False, missing, period, near)
             m.resolve()
             return upto
         upto = _ms(ts)
         cut = a.end if missing else upto
         self._time(m, a, a.start, min(cut, upto), m.run_start is not None, False, period)
         if missing:
-            self._time(m, a, cut, upto, m.run_start is not None, True, period)
+            self._time(m, a, cut, upto, m.run_start is not None, True, period, near)
         return upto
 
-    def _break(self, m: GpuMeter, a: Sample, gap_to: float | None, fill: bool, tariff: Tariff, period: int) -> None:
+    def _break(self, m: GpuMeter, a: Sample, gap_to: float | None, fill: bool, tariff: Tariff, period: int,
+               near: int | None = None, both_idle: bool = False) -> None:
         """``a``'s rental does not continue within three intervals: ``a`` covers its own interval. ``gap_to``:
-        the next sample of the same tenant, after a longer gap, billed if ``fill`` (and not too long)."""
+        the next sample of the same tenant, after a longer gap, billed if ``fill`` (and not too long), priced
+        at the neighbours' mean utilization ``near``, and idle for pricing where both neighbours are idle."""
         end = a.end
         self._time(m, a, a.start, end, m.run_start is not None, False, period)
         if m.run_start is not None:
@@ -287,7 +312,7 @@ class Metering:
         if gap_to is not None:
             upto = _ms(gap_to)
             if fill and upto - end <= tariff.config.max_gap_s * 1000:
-                self._time(m, a, end, upto, False, True, period)
+                self._time(m, a, end, upto, False, True, period, near, both_idle)
                 return                               # the rental goes on
             self._unbilled(m, a, end, upto, period)
         minimum = tariff.minimum_ms(a.pool, a.model, end / 1000)
@@ -296,12 +321,15 @@ class Metering:
             rec.topup += minimum - m.rental_ms
         m.rental_ms = 0
 
-    def _time(self, m: GpuMeter, a: Sample, lo: int, hi: int, in_run: bool, estimated: bool, period: int) -> None:
+    def _time(self, m: GpuMeter, a: Sample, lo: int, hi: int, in_run: bool, estimated: bool, period: int,
+              near: int | None = None, gap_idle: bool = False) -> None:
         """Attribute [lo, hi) ms of ``a``'s tenant and job: to its idle run (idle once the run reached the window,
-        undecided before) or busy; cut at period boundaries."""
+        undecided before) or busy; cut at period boundaries. Estimated time has no reading: it is priced at
+        ``near`` (its neighbours' mean utilization), and ``gap_idle`` marks it idle for pricing."""
         if lo >= hi:
             return
         util = None if estimated else a.util
+        priced = near if estimated else util
         idle, count = in_run and m.run_idle, not estimated and lo == a.start
         interval_ms, tenant, job = round(a.interval * 1000), a.tenant, a.job
         while lo < hi:
@@ -317,6 +345,21 @@ class Metering:
             m.rental_ms += ms
             if estimated:
                 c[ESTIMATED] += ms
+            if priced is not None:
+                weighted = priced * ms
+                c[PRICE_UTIL_SUM] += weighted
+                c[PRICE_UTIL_MS] += ms
+                if idle:
+                    pass
+                elif in_run:
+                    c[PRICE_OPEN_SUM] += weighted
+                    c[PRICE_OPEN_MS] += ms
+                else:
+                    c[PRICE_BUSY_SUM] += weighted
+                    c[PRICE_BUSY_MS] += ms
+            if gap_idle:
+                c[GAP_IDLE] += ms
+                c[GAP_IDLE_SUM] += (100 * UTIL_SCALE if priced is None else priced) * ms
             if util is not None:
                 weighted = util * ms
                 c[UTIL_SUM] += weighted
@@ -423,18 +466,40 @@ def _seconds(ms: int) -> float:
     return ms / 1000
 
 
+def _between(before: int | None, after: int | None) -> int | None:
+    """The neighbours' mean utilization (thousandths of a percent), or the one known, or None."""
+    if before is None or after is None:
+        return after if before is None else before
+    return (before + after + 1) // 2
+
+
+def exact_seconds(ms: Fraction | int) -> str:
+    """Utilization-weighted milliseconds as seconds with 8 decimals, exactly (util is kept in thousandths of a
+    percent, so util x ms / 100,000 has at most 5 decimals in ms, 8 in seconds)."""
+    units = Fraction(ms) * 100_000
+    if units.denominator != 1:
+        raise ValueError(f"{ms} ms is not a whole number of 10 ns")
+    n = int(units)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    return f"{sign}{n // 10**8}.{n % 10**8:08d}"
+
+
 def _event(uuid: str, node: str, r: Record, tariff: Tariff) -> dict:
     """A ``gpufleet.billing.v1`` event of one record (money as decimal strings, never floats)."""
     bc = tariff.config
     share = tariff.share(r.model, r.mig_profile)
-    busy_known, idle_ms = r.busy_util_ms, r.idle
-    idle_util_sum, idle_known = r.util_sum - r.busy_util_sum, r.util_ms - r.busy_util_ms
+    idle_ms = r.idle
     scale = 100 * UTIL_SCALE
+    # what usage billing prices: each millisecond at its utilization (estimated time at its neighbours' mean;
+    # time without any reading in full); the gaps between idle samples count as idle
+    gap_weighted = Fraction(r.gap_idle_sum, scale)
+    busy_weighted = Fraction(r.price_busy_sum, scale) + (r.busy - r.price_busy_ms) - gap_weighted
+    idle_weighted = (Fraction(r.price_util_sum - r.price_busy_sum, scale)
+                     + (idle_ms - (r.price_util_ms - r.price_busy_ms)) + gap_weighted)
     metered = Metered(
         period_start=r.period_start, period_s=bc.period_s, rented_ms=r.rented, busy_ms=r.busy, idle_ms=idle_ms,
-        topup_ms=r.topup,
-        busy_weighted_ms=Fraction(r.busy_util_sum, scale) + (r.busy - busy_known),
-        idle_weighted_ms=Fraction(idle_util_sum, scale) + (idle_ms - idle_known))
+        topup_ms=r.topup, busy_weighted_ms=busy_weighted, idle_weighted_ms=idle_weighted, gap_idle_ms=r.gap_idle)
     bill = tariff.bill(metered, r.tenant, r.pool, r.model, share)
     quality = "incomplete" if r.unbilled else "estimated" if r.estimated else "measured"
     return {
@@ -453,4 +518,7 @@ def _event(uuid: str, node: str, r: Record, tariff: Tariff) -> dict:
         "amounts_by_mode": bill["amounts_by_mode"],
         "underused_s": _seconds(bill["underused_ms"]), "unused_amount": bill["unused_amount"],
         "unsold_amount": bill["unsold_amount"],
+        "price_version": tariff.version(r.tenant, r.pool, r.model, r.period_start),
+        "busy_weighted_s": exact_seconds(busy_weighted), "idle_weighted_s": exact_seconds(idle_weighted),
+        "estimated_idle_s": _seconds(r.gap_idle),
     }

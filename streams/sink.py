@@ -17,16 +17,14 @@ from gpufleet.contracts.events import ALERT_SCHEMA, BILLING_SCHEMA
 from gpufleet.contracts.output import Table
 from gpufleet.sql import StoreUnavailable
 
+from . import ledger
+
 log = logging.getLogger("gpufleet.sink")
 
 ALERTS = Table("alerts", ("id", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant", "pool",
                           "started_at", "detected_at", "resolved_at", "score", "summary", "evidence"))
 DEAD_LETTERS = Table("dead_letters", ("received_at", "reason_code", "reason", "source", "payload"), dedup=False)
-LEDGER = Table("billing_ledger", (
-    "gpu_uuid", "tenant", "job", "period_start", "period_end", "node", "pool", "gpu_index", "gpu_model", "mig_profile",
-    "gpu_share", "team", "billing_mode", "currency", "samples", "interval_s", "rented_s", "busy_s", "idle_s",
-    "estimated_s", "unbilled_s", "minimum_topup_s", "util_pct", "busy_util_pct", "price_per_gpu_hour", "amount",
-    "idle_amount", "mode_amounts", "data_quality", "underused_s", "unused_amount", "unsold_amount"))
+LEDGER = Table("billing_ledger", ledger.LEDGER_COLUMNS)
 
 
 def _ms(t: float | None) -> int | None:
@@ -54,7 +52,9 @@ def ledger_row(e: dict) -> tuple:
             Decimal(e["price_per_gpu_hour"]), Decimal(e["amount"]), Decimal(e["idle_amount"]),
             {k: Decimal(v) for k, v in (e.get("amounts_by_mode") or {}).items()}, e.get("data_quality") or "",
             _seconds(e.get("underused_s") or 0), Decimal(e.get("unused_amount") or "0"),
-            Decimal(e.get("unsold_amount") or "0"))
+            Decimal(e.get("unsold_amount") or "0"), e.get("price_version") or "",
+            Decimal(e.get("busy_weighted_s") or 0), Decimal(e.get("idle_weighted_s") or 0),
+            _seconds(e.get("estimated_idle_s") or 0))
 
 
 def dead_row(d: dict) -> tuple:
@@ -75,6 +75,8 @@ class Sink:
         self.failures = 0
         self.unavailable_since: float | None = None     # wall time of the first failure of a retry run
         self.unavailable_total_s = 0.0                  # over retry runs that ended
+        self.priced_differently = 0                     # ledger rows stored at other prices (a replay's warning)
+        self.late_rows = 0                              # records of closed months, written as adjustments
 
     def add(self, rows: dict[Table, list[tuple]], events: Sequence[dict] = (), dead: Sequence[dict] = ()) -> None:
         if events:
@@ -116,12 +118,14 @@ class Sink:
         """Write rows taken from the buffer, retrying while the store is unavailable; returns how many were new."""
         new = 0
         for table, rows in buffer.items():
-            delay, batch = self.backoff_s[0], None
+            delay, batches = self.backoff_s[0], None
             while True:
                 try:
-                    # what is not stored yet is decided once: a retry inserts the very same block again
-                    batch = batch or self.store.prepare(table.name, table.columns, rows, dedup=table.dedup)
-                    n = self.store.insert(batch)
+                    # what is not stored yet is decided once: a retry inserts the very same blocks again
+                    if batches is None:
+                        batches = (self._ledger(rows) if table.name == LEDGER.name else
+                                   [self.store.prepare(table.name, table.columns, rows, dedup=table.dedup)])
+                    n = sum(self.store.insert(b) for b in batches)
                     break
                 except StoreUnavailable as err:
                     self.failures += 1
@@ -136,3 +140,33 @@ class Sink:
             new += n
             self.written[table.name] = self.written.get(table.name, 0) + n
         return new
+
+    def _ledger(self, rows: list[tuple]) -> list:
+        """The inserts of a batch of ledger rows: those of open months into the ledger (keys stored already are
+        dropped), those of closed months that the ledger lacks into the adjustments, as late usage. Rows stored
+        at other prices are counted and logged: the ledger keeps its amounts until `gpufleet bill rerate`."""
+        closed = ledger.closed_months(self.store)
+        differ = ledger.priced_differently(ledger.in_force(self.store, [ledger.key_of(r) for r in rows]), rows)
+        if differ:
+            self.priced_differently += len(differ)
+            log.warning("%d billing rows are priced differently from the ledger (price version %s, stored %s); the "
+                        "ledger keeps its amounts: `gpufleet bill rerate` prices stored rows again", len(differ),
+                        differ[0][LEDGER.columns.index("price_version")] or "(none)",
+                        ledger.key_of(differ[0]))
+        late = [r for r in rows if ledger.month_of(r[3]) in closed]
+        if not late:
+            return [self.store.prepare(LEDGER.name, LEDGER.columns, rows)]
+        fresh = [r for r in rows if ledger.month_of(r[3]) not in closed]
+        stored = self.store.stored_keys(LEDGER.name, LEDGER.columns, late)
+        key = self.store.key_of(LEDGER.name, LEDGER.columns)
+        adjustments = []
+        for r in late:
+            if key(r) in stored:
+                continue
+            d = ledger.as_dict(r)
+            adjustments.append(ledger.adjustment(
+                d, ledger.LATE, "late", ledger.invoice_month(ledger.month_of(r[3]), closed),
+                "arrived after the month was closed", d["amount"], d["idle_amount"], at=0))
+        late_batch = self.store.prepare(ledger.ADJUSTMENTS.name, ledger.ADJUSTMENTS.columns, adjustments)
+        self.late_rows += len(late_batch.rows)                 # those not stored yet
+        return [self.store.prepare(LEDGER.name, LEDGER.columns, fresh), late_batch]

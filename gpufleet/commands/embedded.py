@@ -3,6 +3,7 @@ dead letters written, alerts delivered with ``--notify``, forecasts made over wh
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,14 @@ def print_run(run: EmbeddedRun, events_path, dead_path) -> None:
     print(f"events: {events.count:,}" + (f", written to {events_path}" if events_path else ""))
     if sink is not None:
         print("stored rows: " + ", ".join(f"{t} {n:,}" for t, n in sorted(sink.written.items())))
+        if sink.priced_differently:
+            print(f"gpufleet: warning: {sink.priced_differently:,} billing records are priced differently from the "
+                  "rows the ledger holds for them (the prices changed since): the ledger keeps its amounts; "
+                  "`gpufleet bill rerate --from ... --to ... --reason ...` prices stored usage again",
+                  file=sys.stderr)
+        if sink.late_rows:
+            print(f"billing records of closed months: {sink.late_rows:,}, written to billing_adjustments "
+                  "(invoiced in the next open month)")
     f = run.forecasts
     if f is not None:
         print(f"forecasts: {f.forecasts:,} ({len(f.made_at)} times, every forecast.every_s), scale decisions: "

@@ -83,6 +83,7 @@ def alert_problem(event: object) -> str | None:
 
 
 Money = Annotated[str, Field(pattern=r"^-?\d+\.\d{6}$")]     # a decimal string with 6 decimals, never a float
+ExactSeconds = Annotated[str, Field(pattern=r"^-?\d+\.\d{8}$")]  # utilization-weighted seconds, exact: 8 decimals
 
 
 class Billing(BaseModel):
@@ -123,6 +124,12 @@ class Billing(BaseModel):
     underused_s: float | None = None          # waste (gpufleet/contracts/waste.py): busy time of an underused period
     unused_amount: Money | None = None        # what the tenant paid for its unused share
     unsold_amount: Money | None = None        # what the provider lost where the tenant pays by use
+    # what re-rating prices again (issue 51): the price book's version, the utilization-weighted busy and idle
+    # seconds that usage billing prices, and the time billed across gaps between idle samples (idle for pricing)
+    price_version: str | None = None
+    busy_weighted_s: ExactSeconds | None = None
+    idle_weighted_s: ExactSeconds | None = None
+    estimated_idle_s: float | None = None
 
 
 class DeadLetter(BaseModel):

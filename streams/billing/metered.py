@@ -16,7 +16,10 @@ class Metered:
     """One GPU's time in one period for one tenant and job, in milliseconds (integers: sums are exact).
 
     ``busy_weighted_ms`` and ``idle_weighted_ms`` weigh each millisecond by the GPU's utilization (a second at
-    40 % counts 0.4 s); time without a utilization reading counts in full.
+    40 % counts 0.4 s); time estimated across a telemetry gap counts at its neighbours' mean utilization, other
+    time without a utilization reading in full. ``gap_idle_ms`` is the part of ``busy_ms`` estimated across a
+    gap between two idle samples: busy for the idle rule (a gap ends an idle window), idle for pricing and waste
+    (its weighted time is in ``idle_weighted_ms``).
     """
 
     period_start: int            # Unix seconds
@@ -27,6 +30,16 @@ class Metered:
     topup_ms: int                # added to a rental shorter than the on-demand minimum, where it ended
     busy_weighted_ms: Fraction
     idle_weighted_ms: Fraction
+    gap_idle_ms: int = 0
+
+    @property
+    def idle_priced_ms(self) -> int:
+        """Idle time for pricing: the idle windows' time and the gaps between idle samples."""
+        return self.idle_ms + self.gap_idle_ms
+
+    @property
+    def busy_priced_ms(self) -> int:
+        return self.busy_ms - self.gap_idle_ms
 
 
 def hours(ms: int | Fraction) -> Fraction:

@@ -27,4 +27,4 @@ def hourly(price, period_start: int) -> Fraction:
 def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
     """Amount and idle amount for one whole GPU, exact (rounded later, once)."""
     rate = Fraction(price.per_gpu_hour)
-    return rate * hours(m.rented_ms + m.topup_ms), rate * hours(m.idle_ms)
+    return rate * hours(m.rented_ms + m.topup_ms), rate * hours(m.idle_priced_ms)

@@ -14,6 +14,8 @@ compute with exact fractions, and each amount is rounded once, to 6 decimals (ha
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpufleet.contracts.waste import UNDERUSE_PCT, underused, unused_share
 
+from .commitments import Commitment
 from .metered import Metered, hours
 
 HOUR_S = 3600
@@ -40,6 +43,15 @@ def money(amount: Fraction | Decimal | int) -> str:
     return f"{sign}{units // SCALE}.{units % SCALE:06d}"
 
 
+def written(value) -> str:
+    """A value quoted as the user wrote it: a string as given, a TOML date-time in ISO form, a number as typed."""
+    if isinstance(value, dt.datetime | dt.date):
+        return repr(value.isoformat().replace("+00:00", "Z"))
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
 def _unix(value) -> float:
     """A time as Unix seconds: a number, an ISO date or date-time (UTC unless it says otherwise), or a TOML date."""
     if isinstance(value, bool):
@@ -55,7 +67,7 @@ def _unix(value) -> float:
         return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp()
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
-    raise ValueError(f"{value!r} is not a time (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
+    raise ValueError(f"{written(value)} is not a time (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
 
 
 class Price(BaseModel):
@@ -80,14 +92,10 @@ class Price(BaseModel):
     @field_validator("effective_from", mode="before")
     @classmethod
     def _time(cls, v):
-        return _unix(v)
-
-    @field_validator("effective_from")
-    @classmethod
-    def _whole_hour(cls, v: float) -> float:
-        if v % HOUR_S:
-            raise ValueError(f"{v:g} is not a whole hour: a price takes effect at the start of an hour (UTC)")
-        return v
+        t = _unix(v)
+        if t % HOUR_S:
+            raise ValueError(f"{written(v)} is not a whole hour: a price takes effect at the start of an hour (UTC)")
+        return t
 
     @model_validator(mode="after")
     def _mode(self) -> Price:
@@ -126,6 +134,13 @@ class BillingConfig(BaseModel):
     underuse_pct: float = Field(UNDERUSE_PCT, gt=0, le=100,
                                 description="a rented GPU's billing period whose busy time ran below this mean "
                                             "utilization is underused: the unused share of it is waste")
+    commitments: list[Commitment] = Field(default_factory=list,
+                                          description="GPUs tenants commit to for a term, billed whether used or not")
+    provider: str = Field("gpufleet", min_length=1, max_length=200,
+                          description="the provider's name in FOCUS exports (Provider, Publisher, InvoiceIssuer)")
+    spot_interruption_pct: float = Field(5.0, ge=0, lt=100,
+                                         description="share of spot GPU-hours expected to be interrupted and run "
+                                                     "again: bill --compare-modes prices spot with it")
 
     def default_price_note(self) -> str | None:
         """What every surface that shows money says when the price table is still the default flat price."""
@@ -168,6 +183,15 @@ class BillingConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _commitment_names(self) -> BillingConfig:
+        seen: set[str] = set()
+        for i, c in enumerate(self.commitments):
+            if c.name in seen:
+                raise ValueError(f"commitments.{i}.name: {c.name!r} names another commitment too")
+            seen.add(c.name)
+        return self
+
+    @model_validator(mode="after")
     def _catch_all(self) -> BillingConfig:
         if not any(p.match == "*" and p.mode == "on_demand" and p.effective_from == 0 for p in self.prices):
             raise ValueError('the price table needs an on_demand entry with match = "*" and no "from", '
@@ -186,6 +210,7 @@ class Tariff:
         for p in sorted(c.prices, key=lambda p: p.effective_from):
             self._prices.setdefault((p.mode, p.match), []).append(p)
         self._teams = sorted(c.teams.items(), key=lambda kv: -len(kv[0]))
+        self._versions: dict[tuple, str] = {}
 
     def price(self, mode: str, pool: str | None, model: str | None, at: float) -> Price | None:
         """The entry of ``mode`` in effect at ``at`` for a GPU of ``pool`` and ``model``, or None."""
@@ -217,8 +242,12 @@ class Tariff:
         m = _MIG.match(mig_profile)
         if m is None:
             return Fraction(1)
-        total = next((n for name, n in self.config.mig_slices.items() if model and name in model), 7)
+        total = self.slices(model)
         return Fraction(min(int(m.group(1)), total), total)
+
+    def slices(self, model: str | None) -> int:
+        """Compute slices of a whole GPU of this model (``mig_slices``, else 7)."""
+        return next((n for name, n in self.config.mig_slices.items() if model and name in model), 7)
 
     def minimum_ms(self, pool: str | None, model: str | None, at: float) -> int:
         p = self.price("on_demand", pool, model, at)
@@ -256,19 +285,35 @@ class Tariff:
                by_mode: dict, share: Fraction) -> dict:
         """The period's waste (gpufleet/contracts/waste.py): underused busy time, what the tenant paid for the
         unused share of it, and what the provider lost where the tenant pays by utilization."""
-        low = underused(m.busy_ms, m.busy_weighted_ms, self.config.underuse_pct)
-        unused = unused_share(m.busy_ms, m.busy_weighted_ms) if low else Fraction(0)
-        by_use = mode == "usage" and price.weight == "utilization"
+        busy = m.busy_priced_ms
+        low = underused(busy, m.busy_weighted_ms, self.config.underuse_pct)
+        unused = unused_share(busy, m.busy_weighted_ms) if low else Fraction(0)
         listed = by_mode["on_demand"][0] if "on_demand" in by_mode else price
         list_hourly = self.modes["on_demand"].hourly(listed, m.period_start) * share
-        tenant = Fraction(0) if by_use else (amount - idle) * unused
-        provider = Fraction(0)
-        if mode == "usage":                   # idle time is free (or nearly) to a tenant billed by use
-            provider += list_hourly * hours(m.idle_ms) - idle
-        if by_use:                            # and so is the unused share of its busy time
-            provider += list_hourly * hours(m.busy_ms) * unused
-        return {"underused_ms": m.busy_ms if low else 0, "unused_amount": money(max(tenant, Fraction(0))),
+        tenant = provider = Fraction(0)
+        if mode == "usage":
+            # a tenant billed by use pays for what it used: its idle time (free, or nearly) and the unused share of
+            # its underused time are the provider's unsold capacity, at the list price, never the tenant's waste
+            provider = list_hourly * hours(m.idle_priced_ms) - idle + list_hourly * hours(busy) * unused
+        else:
+            tenant = (amount - idle) * unused
+        return {"underused_ms": busy if low else 0, "unused_amount": money(max(tenant, Fraction(0))),
                 "unsold_amount": money(max(provider, Fraction(0)))}
+
+    def version(self, tenant: str, pool: str | None, model: str | None, at: float) -> str:
+        """The version of the price book that prices this tenant's GPU at ``at``: a digest of what its amounts
+        depend on (the tenant's mode, the entry of every mode in effect then, the currency and the waste
+        threshold). A price corrected after the fact, or a tenant moved to another mode, gives another version;
+        entries that do not apply to the GPU, or that take effect later, do not."""
+        entries = tuple(self.price(name, pool, model, at) for name in self.modes)
+        key = (self.mode_of(tenant), tuple(id(p) for p in entries), self.slices(model))
+        found = self._versions.get(key)
+        if found is None:
+            text = json.dumps([key[0], [None if p is None else p.model_dump(mode="json", by_alias=True)
+                                        for p in entries], self.config.currency, self.config.underuse_pct,
+                               str(key[2])], sort_keys=True, default=str)
+            found = self._versions[key] = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+        return found
 
 
 _DEFAULT: list[Tariff] = []

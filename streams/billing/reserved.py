@@ -32,4 +32,4 @@ def hourly(price, period_start: int) -> Fraction:
 
 def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
     monthly, month = Fraction(price.per_gpu_month), month_ms(m.period_start)
-    return monthly * Fraction(m.rented_ms, month), monthly * Fraction(m.idle_ms, month)
+    return monthly * Fraction(m.rented_ms, month), monthly * Fraction(m.idle_priced_ms, month)

@@ -54,4 +54,4 @@ def hourly(price, period_start: int) -> Fraction:
 
 def charge(price, m: Metered) -> tuple[Fraction, Fraction]:
     rate = hourly(price, m.period_start)
-    return rate * hours(m.rented_ms), rate * hours(m.idle_ms)
+    return rate * hours(m.rented_ms), rate * hours(m.idle_priced_ms)

@@ -58,8 +58,8 @@ def test_the_table_and_csv(capsys, ledger):
     rows = list(csv.DictReader(io.StringIO(bill(capsys, ledger, "--month", "2026-01", "--format", "csv",
                                                 "--compare-modes"))))
     assert [(r["tenant"], r["mode"], r["amount"], r["cheapest"]) for r in rows] == [
-        ("acme", "usage", "4.500000", "True"), ("acme", "on_demand", "8.000000", "False"),
-        ("globex", "on_demand", "1.500000", "True")]
+        ("acme", "usage", "4.500000", "true"), ("acme", "on_demand", "8.000000", "false"),
+        ("globex", "on_demand", "1.500000", "true")]
 
 
 def test_a_month_without_records_says_so(capsys, ledger):

@@ -20,7 +20,10 @@ def gpufleet(*args, cwd=None):
 def test_reading_an_embedded_store_that_does_not_exist_creates_nothing(tmp_path):
     where = tmp_path / "nowhere"
     for args in (["summary"], ["sql", "SHOW DATABASES"], ["db", "status"], ["serve", "--port", "0"],
-                 ["bill", "--month", "2026-01"]):
+                 ["bill", "--month", "2026-01"], ["bill", "capacity", "--month", "2026-01"],
+                 ["bill", "export", "--month", "2026-01", "--format", "focus-csv", "-o", str(tmp_path / "f.csv")],
+                 ["bill", "rerate", "--from", "2026-01", "--to", "2026-02", "--reason", "x"],
+                 ["bill", "close", "--month", "2026-01"]):
         out = gpufleet(*args, "--dsn", f"chdb://{where}")
         if args[0] == "db":
             assert out.returncode == 0 and "pending" in out.stdout and "does not exist" not in out.stderr
@@ -32,7 +35,10 @@ def test_reading_an_embedded_store_that_does_not_exist_creates_nothing(tmp_path)
 
 def test_reading_a_database_that_does_not_exist_names_it_and_creates_nothing(clickhouse_url):
     missing = f"nosuch_{uuid.uuid4().hex[:8]}"
-    for args in (["summary"], ["sql", "SELECT 1"], ["bill", "--month", "2026-01"]):
+    for args in (["summary"], ["sql", "SELECT 1"], ["bill", "--month", "2026-01"],
+                 ["bill", "export", "--month", "2026-01", "--format", "focus-csv", "-o", os.devnull],
+                 ["bill", "rerate", "--from", "2026-01", "--to", "2026-02", "--reason", "x"],
+                 ["bill", "close", "--month", "2026-01"]):
         out = gpufleet(*args, "--dsn", clickhouse_url, "--database", missing)
         assert out.returncode == 2 and missing in out.stderr and "Traceback" not in out.stderr, out.stderr
     server = Store.connect(clickhouse_url, "system")
@@ -46,7 +52,8 @@ def test_a_database_without_the_schema_is_not_migrated_by_a_read(clickhouse_url)
     name = f"bare_{uuid.uuid4().hex[:8]}"
     bare = Store.connect(clickhouse_url, name, create=True)
     try:
-        for args in (["summary"], ["bill", "--month", "2026-01"]):
+        for args in (["summary"], ["bill", "--month", "2026-01"], ["bill", "capacity", "--month", "2026-01"],
+                     ["bill", "close", "--month", "2026-01"]):
             out = gpufleet(*args, "--dsn", clickhouse_url, "--database", name)
             assert out.returncode == 2 and "gpufleet db migrate" in out.stderr, out.stderr
         assert bare.query(f"SELECT count() FROM system.tables WHERE database = '{name}'") == [(0,)]

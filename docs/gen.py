@@ -206,6 +206,11 @@ CONTRACT_MEANINGS: dict[str, dict[str, str]] = {
         "underused_s": "busy time of an underused period",
         "unused_amount": "what the tenant paid for the unused share of that busy time",
         "unsold_amount": "what the provider lost where the tenant pays by use",
+        "price_version": "the price book's version it was priced at (`bill rerate` prices it again under a newer one)",
+        "busy_weighted_s": "busy seconds weighted by utilization (time across a gap at its neighbours' mean), what "
+                           "usage billing prices; an exact decimal string",
+        "idle_weighted_s": "idle seconds weighted the same way; an exact decimal string",
+        "estimated_idle_s": "time billed across a gap between idle samples: idle for pricing and for the idle cost",
     },
     "gpufleet.deadletter.v1": {
         "schema": "`gpufleet.deadletter.v1`",

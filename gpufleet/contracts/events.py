@@ -124,7 +124,7 @@ class Billing(BaseModel):
     underused_s: float | None = None          # waste (gpufleet/contracts/waste.py): busy time of an underused period
     unused_amount: Money | None = None        # what the tenant paid for its unused share
     unsold_amount: Money | None = None        # what the provider lost where the tenant pays by use
-    # what re-rating prices again (issue 51): the price book's version, the utilization-weighted busy and idle
+    # what re-rating prices again: the price book's version, the utilization-weighted busy and idle
     # seconds that usage billing prices, and the time billed across gaps between idle samples (idle for pricing)
     price_version: str | None = None
     busy_weighted_s: ExactSeconds | None = None

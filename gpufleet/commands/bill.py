@@ -178,7 +178,7 @@ def add_bill(sub) -> None:
     r.add_argument("--to", dest="end", required=True, metavar="WHEN", help="end (not included), same forms")
     r.add_argument("--reason", required=True, help="why, recorded with every change (e.g. 'H100 price corrected')")
     r.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
-    store_options(r)
+    store_options(r, inherited=True)
     r.set_defaults(bill_fn=cmd_rerate)
 
     c = actions.add_parser("close", help="WRITES: close a month that is over, freezing its ledger rows",
@@ -189,7 +189,7 @@ def add_bill(sub) -> None:
                                        "Closing a closed month again changes nothing.")
     c.add_argument("--month", required=True, metavar="YYYY-MM", help="the month (UTC)")
     c.add_argument("--reason", default="month end", help="recorded with the close (default 'month end')")
-    store_options(c)
+    store_options(c, inherited=True)
     c.set_defaults(bill_fn=cmd_close)
 
     k = actions.add_parser("capacity", help="installed, rented and unsold GPU-hours per pool, unsold at list price",
@@ -200,7 +200,7 @@ def add_bill(sub) -> None:
     k.add_argument("--pool", help="only this pool")
     k.add_argument("--hourly", action="store_true", help="one line per pool and hour (default: per pool and day)")
     k.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output (default table)")
-    store_options(k)
+    store_options(k, inherited=True)
     k.set_defaults(bill_fn=cmd_capacity)
 
     e = actions.add_parser("export", help="the month as a FOCUS cost and usage file (CSV or Parquet)",
@@ -213,5 +213,5 @@ def add_bill(sub) -> None:
     e.add_argument("--format", required=True, choices=["focus-csv", "focus-parquet"],
                    help="focus-csv (exact decimals) or focus-parquet (needs pyarrow: pip install 'gpufleet[finance]')")
     e.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
-    store_options(e)
+    store_options(e, inherited=True)
     e.set_defaults(bill_fn=cmd_export)

@@ -41,9 +41,13 @@ class Progress:
         print(("\r" if self.tty else "") + text.ljust(78), end=end, file=sys.stderr, flush=True)
 
 
-def store_options(p: argparse.ArgumentParser, database: str | None = None) -> None:
-    p.add_argument("--dsn", help="store: chdb:///<dir> (embedded, the default) or http(s)://host:port")
-    p.add_argument("--database", default=database, help="ClickHouse database" +
+def store_options(p: argparse.ArgumentParser, database: str | None = None, inherited: bool = False) -> None:
+    """--dsn and --database. ``inherited``: an action's parser under a command that has them too, so that either
+    place works (``bill --dsn X rerate`` as ``bill rerate --dsn X``): its defaults are suppressed, never
+    overriding a value given before the action."""
+    keep = {"default": argparse.SUPPRESS} if inherited else {}
+    p.add_argument("--dsn", help="store: chdb:///<dir> (embedded, the default) or http(s)://host:port", **keep)
+    p.add_argument("--database", default=keep.get("default", database), help="ClickHouse database" +
                    (f" (default {database})" if database else " (default: setting store.database, gpufleet)"))
 
 

@@ -95,3 +95,18 @@ def test_model_eval_simulates_the_fleet_its_options_describe():
               "--interval", "30", "--start", "2026-03-02", "--seeds", "7", "--no-baselines")
     assert out.returncode == 0, out.stderr
     assert "seed 7 (1 nodes x 2 GPUs, 0.05 h from 2026-03-02 00:00 UTC, sampled every 30 s)" in out.stderr
+
+
+def test_a_bill_action_takes_the_store_before_or_after_it():
+    """`bill --dsn X rerate` and `bill rerate --dsn X` reach the same store: the action's own default never
+    overrides a value given before it."""
+    from gpufleet.cli import build_parser
+
+    rerate = ["rerate", "--from", "2026-11", "--to", "2026-12", "--reason", "r"]
+    parser = build_parser()
+    before = parser.parse_args(["bill", "--dsn", "http://a:1", "--database", "d1", *rerate])
+    after = parser.parse_args(["bill", *rerate, "--dsn", "http://b:2", "--database", "d2"])
+    neither = parser.parse_args(["bill", *rerate])
+    assert (before.dsn, before.database) == ("http://a:1", "d1")
+    assert (after.dsn, after.database) == ("http://b:2", "d2")
+    assert neither.dsn is None and neither.database is None

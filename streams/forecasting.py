@@ -9,7 +9,8 @@ that follow. So a forecast depends on the stored rows and ``T`` alone: the embed
 ``replay`` and ``demo``) and ``gpufleet forecast run`` beside the workers make the same ones.
 
 The scale decision at ``T`` follows the pool's policy (``models/scaling.py``) from the forecast, the
-demand observed before ``T`` and the last decision stored. Per ``T``: the events go out first (the bus
+demand observed before ``T``, the pool's capacity (``scale.capacity_gpus``, else the most GPUs it has shown in
+the history read) and the last decision stored. Per ``T``: the events go out first (the bus
 returns once they are acknowledged, retrying meanwhile), then the rows are stored; the stored forecasts
 are the process's progress, so a restart makes and publishes again what was not stored (at least once).
 """
@@ -92,7 +93,7 @@ class ForecastRunner:
             "SELECT pool, toUnixTimestamp(max(made_at)) FROM forecasts GROUP BY pool")}
 
     def standings(self) -> dict[str, Standing]:
-        rows = self.store.query("SELECT pool, argMax(target_gpus, at), toUnixTimestamp(maxIf(at, action != 'hold')) "
+        rows = self.store.query("SELECT pool, argMax(target_gpus, at), toUnixTimestamp(maxIf(at, changed = 1)) "
                                 "FROM scale_events FINAL GROUP BY pool")
         return {p: Standing(int(target), float(changed) if changed else None) for p, target, changed in rows}
 
@@ -147,6 +148,9 @@ class ForecastRunner:
         return self._fitted[key], start
 
     def observe(self, demand: PoolDemand, t: float, window_s: float) -> Observed | None:
+        """What the pool shows before ``t``: the GPUs present and rented in its last bucket, the peak rented over
+        ``window_s``, and its capacity as telemetry shows it: the most GPUs present in a minute over the history
+        read (``forecast.history_s`` and ``forecast.refit_every_s`` before the first forecast due)."""
         a, b = demand.index(t - window_s), demand.index(t)
         rented = demand.rented[max(a, 0):b]
         seen = np.flatnonzero(~np.isnan(rented))
@@ -154,8 +158,10 @@ class ForecastRunner:
         if not len(recent):
             return None
         last = max(a, 0) + int(recent[-1])
+        present = demand.total[:b]
+        capacity = int(np.nanmax(present)) if np.isfinite(present).any() else int(demand.total[last])
         return Observed(int(demand.total[last]), int(demand.rented[last]), float(np.nanmax(rented)),
-                        float(len(seen) * BUCKET_S))
+                        float(len(seen) * BUCKET_S), capacity)
 
     # -- a run ---------------------------------------------------------------------------
     def run_once(self) -> Report:
@@ -188,10 +194,12 @@ class ForecastRunner:
                 points = [(p["ts"], p["p90"]) for p in ev["points"]]
                 d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s, next_decision_s=cfg.every_s)
                 standing[pool] = next_standing(standing.get(pool), d)
-                se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason)
+                se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason, rented_gpus=d.rented_gpus,
+                                 capacity_gpus=d.capacity_gpus,
+                                 capacity_request=d.capacity_request.to_dict() if d.capacity_request else None)
                 if not d.dry_run:
                     events.append(se)
-                rows[SCALE_EVENTS].append(scale_row(se, d.rented_gpus, d.dry_run, policy.lead_time_s))
+                rows[SCALE_EVENTS].append(scale_row(se, d.dry_run, policy.lead_time_s, d.changed))
                 report.decisions += 1
             self.publish(events)
             report.published += len(events)

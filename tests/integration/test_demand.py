@@ -2,6 +2,7 @@
 the forecast process over it: what is due in event time, published before stored, made once, dry runs kept
 off the bus, nothing lost when publishing fails."""
 import json
+import math
 
 import pytest
 from helpers import gpu, message
@@ -168,3 +169,36 @@ def test_forecast_run_publishes_stores_and_stops_on_sigterm(server_store, clickh
     assert sorted((e["pool"], e["at"] - T0) for e in scales) == [("p1", 600), ("p1", 1200), ("p1", 1800)]
     assert server_store.query("SELECT count() FROM forecasts FINAL")[0][0] == 6 * 12
     assert server_store.query("SELECT countIf(dry_run = 1), count() FROM scale_events FINAL")[0] == (3, 6)
+
+
+def test_targets_stay_within_the_gpus_the_pool_has_and_the_rest_is_a_request(embedded_store):
+    """p1 shows 8 GPUs and rents 4 or 5; with 150% headroom it wants 10 or more: the target stops at the 8 it has,
+    the rest is asked for, in the event and in the row, and every action reads against the GPUs present."""
+    store_fleet(embedded_store, fleet())
+    published: list[dict] = []
+    r = runner(embedded_store, published)
+    r.scale = ScaleSettings(step_gpus=2, cooldown_s=0, scale_in_after_s=600, headroom_pct=150)
+    r.run_once()
+    scales = [ScaleEvent.model_validate(e) for e in published if e["schema"] == "gpufleet.scale.v1"]
+    assert len(scales) == 3
+    for s in scales:
+        assert s.capacity_gpus == 8 and s.current_gpus == 8 and s.target_gpus == 8, s
+        assert s.action == "hold" and s.reason.startswith("Hold at 8 GPUs: ") and s.reason.endswith(".")
+        assert "capped at the pool's 8 GPUs" in s.reason
+        need = math.ceil(2.5 * s.rented_gpus / 2) * 2                  # at least what is rented now asks for
+        assert s.capacity_request is not None and s.capacity_request.gpus >= need - 8 >= 2, s
+        assert s.capacity_request.from_ == s.at and s.capacity_request.until > s.at
+    rows = embedded_store.query("SELECT toUnixTimestamp(at), capacity_gpus, request_gpus, "
+                                "toUnixTimestamp(request_from), toUnixTimestamp(request_until), request_p90, reason, "
+                                "changed FROM scale_events FINAL ORDER BY at")
+    assert rows == [(int(s.at), 8, s.capacity_request.gpus, int(s.capacity_request.from_),
+                     int(s.capacity_request.until), s.capacity_request.p90, s.reason, 0) for s in scales]
+    # a pool's own capacity (scale.pools.<pool>.capacity_gpus) bounds it below what telemetry shows
+    embedded_store.command("TRUNCATE TABLE forecasts")
+    embedded_store.command("TRUNCATE TABLE scale_events")
+    published.clear()
+    r.scale = ScaleSettings(step_gpus=2, cooldown_s=0, scale_in_after_s=600, pools={"p1": {"capacity_gpus": 6}})
+    r.run_once()
+    scales = [ScaleEvent.model_validate(e) for e in published if e["schema"] == "gpufleet.scale.v1"]
+    assert [(s.capacity_gpus, s.target_gpus, s.action) for s in scales] == [(6, 6, "scale_down")] * 3
+    assert [s.capacity_request.gpus if s.capacity_request else 0 for s in scales] == [0, 0, 0]

@@ -25,6 +25,7 @@ import numpy as np
 
 from gpufleet.contracts.output import Table
 from gpufleet.models.forecast import Forecaster
+from gpufleet.models.rentals import Rentals
 from gpufleet.models.scaling import Observed, Standing, decide, next_standing
 from gpufleet.models.series import DAY, Series, regular
 
@@ -59,6 +60,28 @@ def read_demand(store, pool: str, since: float, until: float) -> PoolDemand:
         i = int((ts - since) // BUCKET_S)
         rented[i], total[i] = r, t
     return PoolDemand(since, rented, total)
+
+
+RUN_GAP_S = 600      # a GPU's minutes with one tenant are one rental unless telemetry stops for longer than this
+
+
+def read_rentals(store, pool: str, since: float, until: float, data_until: float) -> Rentals:
+    """The rentals of ``pool`` seen over ``[since, until)``: each run of a GPU's minutes with one tenant (telemetry
+    gaps up to ``RUN_GAP_S`` kept inside), one GPU each; a run that reaches the end of the telemetry stored
+    (``data_until``) is still running. A forecast at ``T`` uses a run's end only to tell whether it was still
+    running at ``T``, so what is stored after ``T`` changes nothing it uses."""
+    rows = store.query(
+        "SELECT tenant, toUnixTimestamp(min(minute)), toUnixTimestamp(max(minute)) + 60 FROM ("
+        " SELECT gpu_uuid, tenant, minute, sum(fresh) OVER (PARTITION BY gpu_uuid, tenant ORDER BY minute"
+        "  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run FROM ("
+        "  SELECT gpu_uuid, tenant, minute, if(toUnixTimestamp(minute) - lagInFrame(toUnixTimestamp(minute), 1, 0)"
+        "   OVER (PARTITION BY gpu_uuid, tenant ORDER BY minute ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
+        "   > %(gap)s, 1, 0) AS fresh"
+        "  FROM usage_gpu_1m FINAL WHERE pool = %(pool)s AND tenant != '' AND minute >= toDateTime(%(lo)s, 'UTC')"
+        "   AND minute < toDateTime(%(hi)s, 'UTC')))"
+        " GROUP BY gpu_uuid, tenant, run ORDER BY 2, 3, 1",
+        {"pool": pool, "lo": int(since), "hi": int(until), "gap": RUN_GAP_S})
+    return Rentals.of([(float(a), None if b >= data_until else float(b), 1, t) for t, a, b in rows])
 
 
 @dataclass
@@ -133,7 +156,8 @@ class ForecastRunner:
             out[off:off + len(s.values)] = s.values[:n - off]
         return Series(lo, float(step), out)
 
-    def forecaster(self, pool: str, demand: PoolDemand, first: float, t: float) -> tuple[Forecaster, float]:
+    def forecaster(self, pool: str, demand: PoolDemand, first: float, t: float,
+                   rentals: Rentals | None = None) -> tuple[Forecaster, float]:
         cfg = self.cfg
         fit_end = math.floor(t / cfg.refit_every_s) * cfg.refit_every_s
         if fit_end - first < DAY:
@@ -144,7 +168,7 @@ class ForecastRunner:
             series = self._series(demand, first, start, fit_end)
             self._fitted = {k: v for k, v in self._fitted.items() if k[0] != pool}   # one per pool is enough
             self._fitted[key] = Forecaster(cfg.step_s, cfg.horizon_s, validation_s=cfg.validation_s,
-                                           origin_every_s=cfg.every_s).fit(series)
+                                           origin_every_s=cfg.every_s, rentals=rentals).fit(series)
         return self._fitted[key], start
 
     def observe(self, demand: PoolDemand, t: float, window_s: float) -> Observed | None:
@@ -177,13 +201,15 @@ class ForecastRunner:
         since = math.floor(since / BUCKET_S) * BUCKET_S
         names = sorted({p for v in plan.values() for p in v})
         demand = {p: read_demand(self.store, p, since, max(plan)) for p in names}
+        until = self.data_until() or max(plan)
+        rentals = {p: read_rentals(self.store, p, since, until, until) for p in names} if cfg.rentals else {}
         for t, due_pools in plan.items():
             events: list[dict] = []
             rows: dict[Table, list[tuple]] = {FORECASTS: [], SCALE_EVENTS: []}
             for pool in due_pools:
                 first = pools[pool][0]
-                f, start = self.forecaster(pool, demand[pool], first, t)
-                fc = f.forecast(self._series(demand[pool], first, start, t))
+                f, start = self.forecaster(pool, demand[pool], first, t, rentals.get(pool))
+                fc = f.forecast(self._series(demand[pool], first, start, t), rentals.get(pool))
                 ev = forecast_event(pool, t, cfg.step_s, fc.mean[0], fc.p10[0], fc.p90[0])
                 events.append(ev)
                 rows[FORECASTS] += forecast_rows(ev, fc.methods)

@@ -323,6 +323,7 @@ class Forecaster:
         self.band_scale = np.ones(len(BUCKETS_H) + 1)
         self.validation_mae: dict[str, np.ndarray] = {}
         self.fitted_end = 0
+        self._recent: tuple[tuple | None, dict[int, np.ndarray]] = (None, {})   # past origins' forecasts
 
     def buckets(self) -> np.ndarray:
         """The band bucket of each horizon step (0: up to 1 h, 1: 1-6 h, 2: 6-24 h, 3: beyond)."""
@@ -364,6 +365,7 @@ class Forecaster:
         if (self.choice == 0).any():
             self.methods[0].fit(hist, end, H)
         self.fitted_end = end
+        self._recent = (None, {})
         return self
 
     def _choose(self, hist, origins, actual, forecasts, errors):
@@ -457,6 +459,39 @@ class Forecaster:
         p90 = np.maximum(mean + q90, mean)
         return Forecast(mean, p10, p90, [self.methods[i].name for i in self.choice[:self.horizon]])
 
+    def _past_means(self, hist: History, grid: np.ndarray) -> np.ndarray:
+        """The forecasts from earlier origins, kept between calls while what they were made from stays the same
+        (the values before them and the rentals seen by then): the forecast process asks for nearly the same
+        ones every hour."""
+        key, kept = self._recent
+        if key is not None and not self._same_inputs(hist, key):
+            kept = {}
+        missing = np.array([g for g in grid.tolist() if g not in kept], dtype=int)
+        if len(missing):
+            for g, row in zip(missing.tolist(), self._means(hist, missing, early=False)):
+                kept[g] = row
+        lo, hi = int(grid.min()), int(grid.max())
+        self._recent = (self._inputs(hist, hi), {g: row for g, row in kept.items() if lo <= g <= hi})
+        return np.array([kept[g] for g in grid.tolist()])
+
+    def _inputs(self, hist: History, upto: int) -> tuple:
+        """What the forecasts from origins up to ``upto`` were made from."""
+        t = hist.series.start + upto * hist.step
+        r = self.rentals
+        seen = None if r is None else r.start < t
+        return (hist.series.start, upto, hist.raw[:upto].copy(),
+                None if r is None else (r.start[seen].copy(), np.minimum(r.end[seen], t), r.gpus[seen].copy(),
+                                        r.tenant[seen].copy()))
+
+    def _same_inputs(self, hist: History, key: tuple) -> bool:
+        start, upto, raw, rentals = key
+        now = self._inputs(hist, upto)
+        if now[0] != start or len(now[2]) != len(raw) or not np.array_equal(now[2], raw, equal_nan=True):
+            return False
+        if (rentals is None) != (now[3] is None):
+            return False
+        return rentals is None or all(len(a) == len(b) and np.array_equal(a, b) for a, b in zip(rentals, now[3]))
+
     def recent_scale(self, hist: History, origins: np.ndarray) -> np.ndarray:
         """Per origin and horizon step: how much wider the band must be to have held 80% of the actual values of
         the forecasts from earlier origins (every ``every`` steps) whose times fell in the ``RECENT_S`` before the
@@ -472,7 +507,7 @@ class Forecaster:
             return out
         at = grid[:, None] + np.arange(H)[None, :]
         n = len(hist.raw)
-        r = np.where(at < n, hist.raw[np.minimum(at, n - 1)], np.nan) - self._means(hist, grid, early=False)
+        r = np.where(at < n, hist.raw[np.minimum(at, n - 1)], np.nan) - self._past_means(hist, grid)
         # the scale each residual needs to fall inside the band (inf where the band has no width that side)
         with np.errstate(divide="ignore", invalid="ignore"):
             need = np.where(r > 0, r / self.q90[None, :], np.where(r < 0, r / self.q10[None, :], 0.0))

@@ -227,3 +227,22 @@ def test_the_band_widens_where_the_last_week_s_forecasts_needed_it():
     held_fixed = ((actual >= fixed[0]) & (actual <= fixed[1])).mean(axis=0)
     assert scale[:, 5].mean() > 2 and held_fixed[5] < 0.5
     assert 0.7 <= held[5] <= 0.9 and 0.65 <= held[143] <= 0.95, (held[5], held[143])
+
+
+def test_the_forecasts_kept_from_one_hour_to_the_next_change_nothing():
+    """The band's recent forecasts are kept between calls (the process forecasts every hour with one fit): the
+    figures are those of a fresh forecaster, and a changed past is noticed."""
+    series, _ = tidal(5, seed=12)
+    end = len(series) - 300
+    kept = Forecaster(STEP, DAY).fit(series, end=end)
+    for o in range(end, end + 60, 6):                     # hour by hour, the series as known then
+        got = kept.forecast(series.head(o))
+        fresh = Forecaster(STEP, DAY).fit(series, end=end).forecast(series.head(o))
+        assert np.array_equal(got.p10, fresh.p10) and np.array_equal(got.p90, fresh.p90)
+    changed = series.values.copy()
+    changed[end - 600:end + 60] *= 1 + 0.5 * np.sin(np.arange(660) / 7)    # the last days told otherwise
+    other = History(Series(series.start, STEP, changed).head(end + 66))
+    grid = np.arange(end - 300, end + 60, 6)
+    fresh = Forecaster(STEP, DAY).fit(series, end=end)._means(other, grid, early=False)
+    assert not np.allclose(kept._means(History(series), grid, early=False), fresh)
+    assert np.array_equal(kept._past_means(other, grid), fresh)

@@ -126,14 +126,16 @@ class CapacityRequest:
     start: float
     end: float
     p90: float
+    observed: bool = False      # the demand observed now is already beyond the pool
 
     def to_dict(self) -> dict:
         return {"gpus": int(self.gpus), "from": round(float(self.start), 3), "until": round(float(self.end), 3),
                 "p90": round(float(self.p90), 3)}
 
     def describe(self) -> str:
+        behind = "the peak rented" if self.observed else "forecast p90"
         return (f"{self.gpus} more GPUs asked for from {_when(self.start)} for {_duration(self.end - self.start)} "
-                f"(forecast p90 up to {self.p90:.1f})")
+                f"({behind} up to {self.p90:.1f})")
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def _request(policy: Policy, at: float, capacity: int, observed_need: int, peak:
     start = at if observed else max(at, min(ts for ts, _, _ in over))
     end = max([ts + step_s for ts, _, _ in over] + ([at + max(window, policy.scale_in_after_s)] if observed else []))
     p90 = max([p for _, p, _ in over] + ([peak] if observed else []))
-    return CapacityRequest(int(gpus), float(start), float(end), float(p90))
+    return CapacityRequest(int(gpus), float(start), float(end), float(p90), observed)
 
 
 def decide(policy: Policy, at: float, seen: Observed, standing: Standing | None,

@@ -48,7 +48,7 @@ class ForecastEvent(BaseModel):
 
 class CapacityRequest(BaseModel):
     """Demand beyond what the pool has: ``gpus`` more from ``from`` until ``until``, and the forecast's highest p90
-    in that time."""
+    in that time (the peak rented, where the demand observed is already beyond the pool)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     gpus: int = Field(gt=0)

@@ -329,8 +329,9 @@ def _latest_decision(events: list[dict], end: float) -> str:
     r = e.get("capacity_request")
     if r:
         out += (f'<p class="note request"><b>Capacity request:</b> {r["gpus"]} more GPUs than the pool has, from '
-                f'{esc(iso(r["from"]))} until {esc(iso(r["until"]))}, for a forecast p90 of up to {r["p90"]:.1f} '
-                "GPUs (not a scale target: the pool cannot hold them).</p>")
+                f'{esc(iso(r["from"]))} until {esc(iso(r["until"]))}, for a demand of up to {r["p90"]:.1f} GPUs '
+                "(the forecast's p90, or the peak rented where that is already beyond the pool; not a scale target: "
+                "the pool cannot hold them).</p>")
     return out
 
 

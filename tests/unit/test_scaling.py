@@ -128,7 +128,11 @@ def test_a_pool_with_nothing_rented_and_nothing_forecast_is_told_to_scale_down_w
     assert d.capacity_request is not None and d.capacity_request.to_dict() == {
         "gpus": 9, "from": at + 2 * STEP, "until": at + 38 * STEP, "p90": 30.0}
     assert "capped at the pool's 24 GPUs" in d.reason and "9 more GPUs asked for from 2001-09-09 02:06 UTC for 6 h" \
-        in d.reason, d.reason
+        " (forecast p90 up to 30.0)" in d.reason, d.reason
+    # every GPU rented and nothing more forecast: the headroom is asked for from now, on what is observed
+    d = decide(policy, at, Observed(24, 24, 24.0, 3600, 24), Standing(24, None), zeros, step_s=STEP)
+    assert d.capacity_request is not None and d.capacity_request.start == at and d.capacity_request.gpus == 3
+    assert "3 more GPUs asked for from 2001-09-09 01:46 UTC for 60 min (the peak rented up to 24.0)" in d.reason
 
 
 def test_scale_in_waits_until_the_forecast_and_the_observed_demand_agree():

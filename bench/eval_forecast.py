@@ -1,21 +1,32 @@
 """The forecast and scale-policy evaluation behind QUALITY.md ("Demand forecast"): simulated fleets and, where
 given, real cluster demand traces, each through the very commands a user runs.
 
-    python bench/eval_forecast.py [--traces DIR] [--out DIR] [--seeds 1,2,3] [--weeks 12] [--dev]
+    python bench/eval_forecast.py [--traces DIR] [--out DIR] [--dev] [--seeds 1,2,3] [--weeks 12]
 
 For every series: `gpufleet forecast backtest --json --chart` and `gpufleet scale simulate --json` with
-bench/scale-policy.toml; prints one table of the goals' figures and writes the JSON and charts to --out.
-Traces are read from DIR when present: helios-venus-demand.csv, helios-earth-demand.csv (column gpus) and
-philly-nodes-demand.csv (column nodes), as README "Demand forecast" describes; they are not part of the
-repository.
+bench/scale-policy.toml (and the cluster's `--capacity` from DIR/capacity.csv); writes the JSON, the charts and
+report.md (one table per series: SMAPE at 1 h, 6 h and 24 h for the forecaster and each naive baseline, the
+ratio to the best of them (and the same in MAE, what the forecaster chooses by), p10-p90 coverage, the goals;
+and the scale table) to --out, and prints the report. --report-only writes the report from the JSON there.
 
---dev runs the development set instead, the one to choose and tune on: simulated seeds 11, 12 and 13 and the
-first two thirds of Venus and Philly (their own test periods end where the evaluation's test thirds begin;
-Earth's month is too short to cut). The evaluation's series are for figures only, run once per change chosen.
+Simulated fleets (`collectors/simulator/demand.py`, `tenant_pool`): 50 rentals an hour at the tide's peak,
+three tenants renting for an hour, four or sixteen (median), 12 weeks at 10 min, each step the most GPUs held
+in it; their rentals go to `--rentals`, and the same series is backtested bare (without them) beside.
+Traces are read from DIR as `bench/forecast_traces.py` writes them (not part of the repository).
+
+The evaluation set (default) and the development set (--dev, the one to choose and tune on) share no series:
+
+- development: simulated seeds 11, 12, 13; the first two thirds of Venus and of Philly (their test periods end
+  where the evaluation's test thirds begin); Earth's virtual clusters DEV_VCS;
+- evaluation: simulated seeds 1, 2, 3; Venus, Earth (all its clusters) and Philly whole (test: their last
+  thirds); Earth's virtual clusters EVAL_VCS.
+
+Earth's virtual clusters with demand are split by name: sorted, every other one from the first is development.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
 import json
 import os
@@ -25,8 +36,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "bench" / "scale-policy.toml"
-TRACES = (("helios-venus-demand.csv", "gpus", None), ("helios-earth-demand.csv", "gpus", None),
-          ("philly-nodes-demand.csv", "nodes", "nodes"))
+TRACES = (("helios-venus-demand", "gpus", None), ("helios-earth-demand", "gpus", None),
+          ("philly-nodes-demand", "nodes", "nodes"))
+VCS = ("vc3sl", "vc6YE", "vc8Sj", "vcJLV", "vcLJZ", "vcMod", "vcSoL", "vcTJs", "vccaA", "vcdI0", "vcgkz", "vchbv",
+       "vcpDC", "vcvlY")
+DEV_VCS, EVAL_VCS = VCS[0::2], VCS[1::2]
+HORIZONS = ("1h", "6h", "24h")
+NAIVE = ("last_value", "same_time_yesterday", "same_time_last_week")
+COVERAGE = (75.0, 85.0)
+GOAL_1H_WITH_RENTALS = 0.9        # simulated fleets: 1 h SMAPE at most this times the last value's
 
 
 def gpufleet(*args: str) -> dict:
@@ -38,15 +56,22 @@ def gpufleet(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
-def simulated(out: Path, seed: int, weeks: float) -> Path:
-    from gpufleet.collectors.simulator.demand import pool_demand
-    path = out / f"simulated-fleet-{seed}.csv"
-    times, gpus = pool_demand(weeks, seed=seed, rentals_per_hour=50)
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def simulated(out: Path, seed: int, weeks: float) -> tuple[Path, Path]:
+    """The series and the rentals of a simulated pool of tenants."""
+    from gpufleet.collectors.simulator.demand import tenant_pool
+    times, gpus, held = tenant_pool(weeks, seed=seed, rentals_per_hour=50)
+    path, rentals = out / f"simulated-fleet-{seed}.csv", out / f"simulated-fleet-{seed}-rentals.csv"
     with open(path, "w", encoding="utf-8") as f:
-        f.write("ts,gpus\n")
-        for t, g in zip(times, gpus):
-            f.write(f"{dt.datetime.fromtimestamp(t, dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')},{g:g}\n")
-    return path
+        f.write("ts,gpus\n" + "".join(f"{_iso(t)},{g:g}\n" for t, g in zip(times, gpus)))
+    end = times[-1] + 600
+    with open(rentals, "w", encoding="utf-8") as f:     # what is known at the series' end: later ends unknown
+        f.write("start,end,gpus,tenant\n" + "".join(
+            f"{_iso(a)},{_iso(b) if b <= end else ''},{g},{name}\n" for a, b, g, name in held if a < end))
+    return path, rentals
 
 
 def first_two_thirds(path: Path, out: Path) -> Path:
@@ -57,61 +82,137 @@ def first_two_thirds(path: Path, out: Path) -> Path:
     return cut
 
 
-def evaluate(path: Path, value_col: str, pool: str | None, out: Path) -> dict:
-    name = path.stem
+def capacities(traces: Path) -> dict[str, int]:
+    path = traces / "capacity.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="", encoding="utf-8") as f:
+        return {r["series"]: int(r["gpus"]) for r in csv.DictReader(f)}
+
+
+def evaluate(name: str, path: Path, value_col: str, pool: str | None, out: Path, capacity: int | None,
+             rentals: Path | None) -> dict:
     series = ["--series", str(path), "--value-col", value_col]
-    bt = gpufleet("forecast", "backtest", *series, "--horizon", "48h", "--json", "--chart", str(out / f"{name}.png"))
-    sim = gpufleet("scale", "simulate", *series, "--policy", str(POLICY), *(["--pool", pool] if pool else []),
-                   "--json")
-    (out / f"{name}.json").write_text(json.dumps({"backtest": bt, "simulate": sim}, indent=1))
-    return {"backtest": bt, "simulate": sim}
+    known = ["--rentals", str(rentals)] if rentals else []
+    bt = gpufleet("forecast", "backtest", *series, *known, "--horizon", "48h", "--json", "--chart",
+                  str(out / f"{name}.png"))
+    bare = gpufleet("forecast", "backtest", *series, "--horizon", "48h", "--json") if rentals else None
+    sim = gpufleet("scale", "simulate", *series, *known, "--policy", str(POLICY), *(["--pool", pool] if pool else []),
+                   *(["--capacity", str(capacity)] if capacity else []), "--json")
+    result = {"backtest": bt, "bare": bare, "simulate": sim}
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    return result
 
 
-def row(name: str, result: dict) -> list[str]:
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def forecast_table(name: str, result: dict) -> list[str]:
+    """One row per horizon: SMAPE of ours and each naive baseline, the ratio to the best, coverage, goals."""
     h = result["backtest"]["horizons"]
-    goals = result["backtest"]["goals"][:3] + result["simulate"]["goals"]     # 1h, 24h, coverage; GPU-h, shortfall
-    o = result["simulate"]["outcomes"]
-    ours, reactive, static = o["forecast policy"], o["reactive policy"], o["static peak"]
+    rentals = result["backtest"].get("rentals") is not None
+    bare = result.get("bare")
+    head = ["horizon", "ours" + (" (rentals)" if rentals else "")] + (["ours, series alone"] if bare else []) + \
+        ["last value", "same time yesterday", "same time last week", "ratio to best naive", "MAE ratio",
+         "p10-p90 coverage", "goals"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    chosen = result["backtest"].get("chosen", {})
+    for label in HORIZONS:
+        if label not in h:
+            continue
+        r = h[label]
+        naive = {m: r[m]["smape_pct"] for m in NAIVE if r[m]["smape_pct"] is not None}
+        best = min(naive.values()) if naive else None
+        ours = r["gpufleet"]["smape_pct"]
+        ratio = ours / best if best else None
+        cov = r["gpufleet"]["coverage_pct"]
+        maes = [r[m]["mae"] for m in NAIVE if r[m]["mae"] is not None]
+        mae_ratio = r["gpufleet"]["mae"] / min(maes) if maes and min(maes) else None
+        goals = [("coverage", COVERAGE[0] <= cov <= COVERAGE[1])]
+        if ratio is not None:
+            goals.append(("not worse than the best naive", ratio <= 1.0 + 1e-9))
+        if rentals and label == "1h":
+            goals.append((f"<= {GOAL_1H_WITH_RENTALS} x last value",
+                          ours <= GOAL_1H_WITH_RENTALS * r["last_value"]["smape_pct"] + 1e-9))
+        kept = ", ".join(f"{m} {n}" for m, n in chosen.get(label, {}).items())
+        row = [label, _pct(ours)] + ([_pct(bare["horizons"][label]["gpufleet"]["smape_pct"])] if bare else []) + \
+            [_pct(r[m]["smape_pct"]) for m in NAIVE] + \
+            ["-" if ratio is None else f"{ratio:.3f}", "-" if mae_ratio is None else f"{mae_ratio:.3f}", f"{cov:.1f}",
+             "; ".join(f"{g}: {'met' if ok else 'MISSED'}" for g, ok in goals) + f" (chosen: {kept})"]
+        rows.append("| " + " | ".join(row) + " |")
+    return [f"**{name}** (SMAPE %)", ""] + rows + [""]
 
-    def gain(label, base):
-        a, b = h[label]["gpufleet"]["smape_pct"], h[label][base]["smape_pct"]
-        return f"{a:.2f} vs {b:.2f} ({100 * (1 - a / b):+.1f}%)"
 
-    cov = h["all"]["gpufleet"]["coverage_pct"]
-    return [name, gain("1h", "last_value"), gain("24h", "same_time_yesterday"),
-            f"{cov:.1f} (1h {h['1h']['gpufleet']['coverage_pct']:.1f}, 24h {h['24h']['gpufleet']['coverage_pct']:.1f})",
-            f"{ours['provisioned_gpu_hours']:,.0f} / {static['provisioned_gpu_hours']:,.0f}",
-            f"{ours['shortfall_gpu_hours']:,.1f} in {ours['shortfall_count']} / "
-            f"{reactive['shortfall_gpu_hours']:,.1f} in {reactive['shortfall_count']}",
-            " ".join("yes" if g["met"] else "NO" for g in goals)]
+def scale_table(name: str, result: dict) -> list[str]:
+    sim = result["simulate"]
+    o = sim["outcomes"]
+    head = ["policy", "provisioned GPU-h", "idle GPU-h", "shortfall GPU-h", "shortfall times", "changes", "peak GPUs"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in ("forecast policy", "reactive policy", "static peak", "oracle"):
+        x = o[k]
+        rows.append(f"| {k} | {x['provisioned_gpu_hours']:,.0f} | {x['idle_gpu_hours']:,.0f} | "
+                    f"{x['shortfall_gpu_hours']:,.1f} | {x['shortfall_count']} | {x['changes']} | "
+                    f"{x['peak_capacity']} |")
+    goals = "; ".join(f"{g['goal']}: {'met' if g['met'] else 'MISSED'} ({g['value']})" for g in sim["goals"])
+    return [f"**{name}**: pool of {sim['capacity_gpus']:,} ({sim['capacity_from']})", ""] + rows + \
+        ["", f"Goals: {goals}.", ""]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--traces", help="folder holding the trace CSVs")
-    p.add_argument("--out", default=str(ROOT / "out" / "forecast-eval"), help="where JSON and charts go")
+    p.add_argument("--traces", help="folder holding the trace CSVs (bench/forecast_traces.py)")
+    p.add_argument("--out", default=str(ROOT / "out" / "forecast-eval"), help="where JSON, charts and report go")
     p.add_argument("--seeds", help="simulated fleets (default 1,2,3; with --dev 11,12,13)")
     p.add_argument("--weeks", type=float, default=12, help="weeks of each simulated fleet (default 12)")
     p.add_argument("--dev", action="store_true", help="the development set, to choose and tune on (see above)")
+    p.add_argument("--report-only", action="store_true", help="write report.md from the JSON a run left in --out")
     args = p.parse_args()
-    out = Path(args.out)
+    out = Path(args.out) / ("development" if args.dev else "evaluation")
     out.mkdir(parents=True, exist_ok=True)
     seeds = args.seeds or ("11,12,13" if args.dev else "1,2,3")
-    series = [(simulated(out, int(s), args.weeks), "gpus", None) for s in seeds.split(",")]
+    if args.report_only:
+        results = {path.stem: json.loads(path.read_text()) for path in sorted(out.glob("*.json"), key=_order)}
+        return _report(args, out, results)
+    series: list[tuple[str, Path, str, str | None, int | None, Path | None]] = []
+    for s in seeds.split(","):
+        path, rentals = simulated(out, int(s), args.weeks)
+        series.append((path.stem, path, "gpus", None, None, rentals))
     if args.traces:
-        found = [(Path(args.traces) / f, col, pool) for f, col, pool in TRACES if os.path.isfile(Path(args.traces) / f)]
-        if args.dev:
-            found = [(first_two_thirds(path, out), col, pool) for path, col, pool in found
-                     if not path.name.startswith("helios-earth")]
-        series += found
-    rows = [row(path.stem, evaluate(path, col, pool, out)) for path, col, pool in series]
-    head = ["series", "SMAPE % 1h: ours vs last value", "SMAPE % 24h: ours vs yesterday", "p10-p90 coverage %",
-            "GPU-h: policy / static peak", "shortfall GPU-h in times: policy / reactive",
-            "goals met: 1h, 24h, coverage, GPU-h, shortfall"]
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
-    print(f"\nJSON and charts in {out}", file=sys.stderr)
+        traces = Path(args.traces)
+        cap = capacities(traces)
+        names = [t for t in TRACES if not (args.dev and t[0] == "helios-earth-demand")]
+        names += [(f"earth-vc-{v}", "gpus", None) for v in (DEV_VCS if args.dev else EVAL_VCS)]
+        for stem, col, pool in names:
+            path = traces / f"{stem}.csv"
+            if not os.path.isfile(path):
+                print(f"not found, left out: {path}", file=sys.stderr)
+                continue
+            if args.dev and not stem.startswith("earth-vc-"):
+                path = first_two_thirds(path, out)
+            series.append((path.stem, path, col, pool, cap.get(stem), None))
+    results = {name: evaluate(name, path, col, pool, out, capacity, rentals)
+               for name, path, col, pool, capacity, rentals in series}
+    return _report(args, out, results)
+
+
+def _order(path: Path) -> tuple[int, str]:
+    """Simulated fleets, then the clusters, then the virtual clusters."""
+    name = path.stem
+    return (0 if name.startswith("simulated") else 2 if name.startswith("earth-vc") else 1, name)
+
+
+def _report(args, out: Path, results: dict) -> int:
+    lines = [f"# {'Development' if args.dev else 'Evaluation'} set", "", "## Forecast", ""]
+    for name, result in results.items():
+        lines += forecast_table(name, result)
+    lines += ["## Scale policy", ""]
+    for name, result in results.items():
+        lines += scale_table(name, result)
+    report = "\n".join(lines)
+    (out / "report.md").write_text(report + "\n", encoding="utf-8")
+    print(report)
+    print(f"\nJSON, charts and report.md in {out}", file=sys.stderr)
     return 0
 
 

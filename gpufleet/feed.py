@@ -4,11 +4,13 @@ Routes (mounted on ``gpufleet serve``'s router):
 
 - ``GET /v1/forecast?pool=P``: the latest ``gpufleet.forecast.v1`` of pool P;
 - ``GET /v1/scale?pool=P``: the value for KEDA's ``metrics-api`` scaler (``valueLocation: target_gpus``):
-  the GPUs the pool should have from now through the lead time, from the latest scale decision; in a
-  dry run it stays at the GPUs present (``would_target_gpus`` holds the decision);
+  the GPUs the pool should have from now through the lead time, from the latest scale decision (made at
+  ``decided_at``), never more than the pool's ``capacity_gpus``; in a dry run it stays at the GPUs present
+  (``would_target_gpus`` holds the decision); demand beyond the pool is ``capacity_request``
+  (``{"gpus", "from", "until", "p90"}`` or null), never a target;
 - ``GET /v1/pools``: the pools with a forecast;
-- ``GET /metrics``: Prometheus gauges (forecast per horizon and band, scale target, current and rented
-  GPUs, when each was made);
+- ``GET /metrics``: Prometheus gauges (forecast per horizon and band, scale target, current, rented and
+  capacity GPUs, the capacity request, when each was made);
 - ``GET /health``: 200 while the store answers, 503 otherwise.
 
 Only reads: the store is opened as the read-only commands open it.
@@ -61,13 +63,20 @@ class FeedReader:
         rows = self._query(
             "SELECT pool, toUnixTimestamp(max(at)), argMax(action, at), argMax(current_gpus, at), "
             "argMax(target_gpus, at), argMax(rented_gpus, at), argMax(reason, at), argMax(dry_run, at), "
-            f"argMax(lead_time_s, at) FROM scale_events FINAL {where} GROUP BY pool ORDER BY pool",
+            "argMax(lead_time_s, at), argMax(capacity_gpus, at), argMax(request_gpus, at), "
+            "toUnixTimestamp(argMax(request_from, at)), toUnixTimestamp(argMax(request_until, at)), "
+            f"argMax(request_p90, at) FROM scale_events FINAL {where} GROUP BY pool ORDER BY pool",
             {"pool": pool} if pool is not None else None)
         out = {}
-        for p, at, action, current, target, rented, reason, dry_run, lead in rows:
-            out[p] = {"pool": p, "at": float(at), "target_gpus": int(current if dry_run else target),
-                      "would_target_gpus": int(target), "current_gpus": int(current), "rented_gpus": int(rented),
-                      "action": action, "dry_run": bool(dry_run), "lead_time_s": int(lead), "reason": reason}
+        for (p, at, action, current, target, rented, reason, dry_run, lead, capacity, req_gpus, req_from, req_until,
+             req_p90) in rows:
+            request = ({"gpus": int(req_gpus), "from": float(req_from), "until": float(req_until),
+                        "p90": float(req_p90)} if req_gpus else None)
+            out[p] = {"pool": p, "at": float(at), "decided_at": float(at),
+                      "target_gpus": int(current if dry_run else target), "would_target_gpus": int(target),
+                      "current_gpus": int(current), "rented_gpus": int(rented), "capacity_gpus": int(capacity),
+                      "capacity_request": request, "action": action, "dry_run": bool(dry_run),
+                      "lead_time_s": int(lead), "reason": reason}
         return out
 
 
@@ -99,13 +108,20 @@ class FeedCollector:
         dry = GaugeMetricFamily("gpufleet_scale_dry_run", "1 when the pool's policy only records", labels=["pool"])
         at = GaugeMetricFamily("gpufleet_scale_decided_at_seconds", "Event time of the latest decision",
                                labels=["pool"])
+        capacity = GaugeMetricFamily("gpufleet_scale_capacity_gpus", "GPUs the pool has: no target exceeds it",
+                                     labels=["pool"])
+        request = GaugeMetricFamily("gpufleet_scale_capacity_request_gpus",
+                                    "GPUs to add beyond the pool's capacity for the demand forecast (0: none)",
+                                    labels=["pool"])
         for pool, d in self.reader.decisions().items():
             target.add_metric([pool], d["target_gpus"])
             current.add_metric([pool], d["current_gpus"])
             rented.add_metric([pool], d["rented_gpus"])
             dry.add_metric([pool], float(d["dry_run"]))
             at.add_metric([pool], d["at"])
-        yield from (demand, made, target, current, rented, dry, at)
+            capacity.add_metric([pool], d["capacity_gpus"])
+            request.add_metric([pool], d["capacity_request"]["gpus"] if d["capacity_request"] else 0)
+        yield from (demand, made, target, current, rented, dry, at, capacity, request)
 
 
 def mount(router: Router, store) -> CollectorRegistry:

@@ -165,6 +165,8 @@ class ForecastSettings(BaseModel):
     backfill_s: int = Field(86400, ge=0, le=90 * 86400,
                             description="forecasts missing further back than this are not made")
     poll_s: float = Field(60.0, gt=0, le=3600, description="wall-clock seconds between two looks at the store")
+    rentals: bool = Field(True, description="the forecaster also weighs the rentals running at each forecast "
+                                            "(their ages against each tenant's typical rental length)")
 
     @model_validator(mode="after")
     def _steps(self):

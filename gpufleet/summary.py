@@ -53,22 +53,35 @@ QUERIES = {
         FROM alerts
         GROUP BY kind
         ORDER BY kind""",
-    "Demand forecast (latest per pool: the next 48 hours) and scale target": """
+    "Demand forecast (latest per pool: the next 48 hours) and the latest scale decision": """
         SELECT f.pool AS pool,
-               formatDateTime(f.made_at, '%Y-%m-%d %H:%i') AS made_at,
-               s.rented_gpus                                AS rented,
-               s.current_gpus                               AS capacity,
+               formatDateTime(f.made_at, '%Y-%m-%d %H:%i') AS forecast_made,
                round(f.peak, 1)                             AS peak_forecast,
                round(f.peak_p90, 1)                         AS peak_p90,
-               s.target_gpus                                AS target_gpus,
-               s.action                                     AS action
+               formatDateTime(s.decided_at, '%Y-%m-%d %H:%i') AS decided,
+               s.rented_gpus                                AS rented,
+               s.current_gpus                               AS present,
+               s.capacity_gpus                              AS capacity,
+               s.target_gpus                                AS target,
+               s.action                                     AS action,
+               if(s.request_gpus = 0, '-',
+                  concat('+', toString(s.request_gpus), ' from ', formatDateTime(s.request_from, '%m-%d %H:%i'),
+                         ' to ', formatDateTime(s.request_until, '%m-%d %H:%i')))   AS capacity_request
         FROM (SELECT pool, made_at, max(demand_gpus) AS peak, max(p90) AS peak_p90
               FROM forecasts FINAL
               WHERE (pool, made_at) IN (SELECT pool, max(made_at) FROM forecasts GROUP BY pool)
               GROUP BY pool, made_at) AS f
-        LEFT JOIN (SELECT pool, argMax(rented_gpus, at) AS rented_gpus, argMax(current_gpus, at) AS current_gpus,
-                          argMax(target_gpus, at) AS target_gpus, argMax(action, at) AS action
+        LEFT JOIN (SELECT pool, max(at) AS decided_at, argMax(rented_gpus, at) AS rented_gpus,
+                          argMax(current_gpus, at) AS current_gpus, argMax(capacity_gpus, at) AS capacity_gpus,
+                          argMax(target_gpus, at) AS target_gpus, argMax(action, at) AS action,
+                          argMax(request_gpus, at) AS request_gpus, argMax(request_from, at) AS request_from,
+                          argMax(request_until, at) AS request_until
                    FROM scale_events FINAL GROUP BY pool) AS s ON s.pool = f.pool
+        ORDER BY pool""",
+    "Why (the latest scale decision of each pool)": """
+        SELECT pool, formatDateTime(max(at), '%Y-%m-%d %H:%i') AS decided, argMax(reason, at) AS why
+        FROM scale_events FINAL
+        GROUP BY pool
         ORDER BY pool""",
 }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .forecast import HOUR, VALIDATION_S, Forecaster, History, baselines
+from .rentals import Rentals
 from .series import DAY, Series
 
 MODEL = "gpufleet"
@@ -84,6 +85,7 @@ class Backtest:
     p90: np.ndarray
     scores: dict[str, Scores]
     refits: list[tuple[float, str]] = field(default_factory=list)   # (fitted at, the choice by horizon)
+    choices: list[list[str]] = field(default_factory=list)          # per fit, the candidate of each horizon step
 
     @property
     def step_s(self) -> float:
@@ -130,11 +132,27 @@ class Backtest:
         cov = rep["all"][MODEL]["coverage_pct"]
         out.append((f"p10-p90 coverage between {lo:g}% and {hi:g}% (every horizon)",
                     None if cov is None else lo <= cov <= hi, "n/a" if cov is None else f"{cov:.1f}%"))
-        for label in ("1h", "24h"):
+        for label in ("1h", "6h", "24h"):
             if label in rep and rep[label][MODEL]["coverage_pct"] is not None:
                 c = rep[label][MODEL]["coverage_pct"]
                 out.append((f"p10-p90 coverage between {lo:g}% and {hi:g}% at {label}", lo <= c <= hi, f"{c:.1f}%"))
         return out
+
+    def chosen(self) -> dict[str, dict[str, int]]:
+        """Per reported horizon: how many of the fits chose each candidate there."""
+        out: dict[str, dict[str, int]] = {}
+        for label, k in self.horizons():
+            counts: dict[str, int] = {}
+            for names in self.choices:
+                counts[names[k - 1]] = counts.get(names[k - 1], 0) + 1
+            out[label] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        return out
+
+    def kept_naive(self) -> list[tuple[str, str]]:
+        """The reported horizons where every fit kept one naive baseline (nothing beat it on the fits' own
+        backtests by the margin): (horizon, baseline)."""
+        naive = {m.name for m in baselines()}
+        return [(label, next(iter(c))) for label, c in self.chosen().items() if len(c) == 1 and next(iter(c)) in naive]
 
     def not_worse_than_naive(self) -> list[str]:
         """Reported horizons where the forecaster's MAE is above the best naive baseline's."""
@@ -161,29 +179,32 @@ class Rolling:
     p10: np.ndarray
     p90: np.ndarray
     refits: list[tuple[float, str]]
+    choices: list[list[str]] = field(default_factory=list)
 
 
 def rolling(series: Series, start: int, horizon: int, *, every_s: float = HOUR, refit_every_s: float = 7 * DAY,
-            validation_s: float = VALIDATION_S, progress=None) -> Rolling:
+            validation_s: float = VALIDATION_S, progress=None, rentals: Rentals | None = None) -> Rolling:
     """Forecasts from origins ``start, start + every, ...``, each from the values before it only; the
     forecaster is fitted at ``start`` and again every ``refit_every_s`` on everything before that point."""
     every = max(1, int(round(every_s / series.step_s)))
     origins = np.arange(start, len(series), every)
     mean, p10, p90 = (np.full((len(origins), horizon), np.nan) for _ in range(3))
     refit = max(every, int(round(refit_every_s / series.step_s)))
-    refits = []
+    refits, choices = [], []
     for lo in range(start, len(series), refit):
         sel = (origins >= lo) & (origins < lo + refit)
         if not sel.any():
             continue
-        f = Forecaster(series.step_s, horizon * series.step_s, validation_s=validation_s, origin_every_s=every_s)
+        f = Forecaster(series.step_s, horizon * series.step_s, validation_s=validation_s, origin_every_s=every_s,
+                       rentals=rentals)
         f.fit(series, end=lo)
         fc = f.predict(series, origins[sel])
         mean[sel], p10[sel], p90[sel] = fc.mean, fc.p10, fc.p90
         refits.append((series.start + lo * series.step_s, f.describe()))
+        choices.append(fc.methods)
         if progress is not None:
             progress(f"fitted on the {lo:,} steps before {_iso(series.start + lo * series.step_s)}: {f.describe()}")
-    return Rolling(origins, mean, p10, p90, refits)
+    return Rolling(origins, mean, p10, p90, refits, choices)
 
 
 def _iso(ts: float) -> str:
@@ -192,7 +213,8 @@ def _iso(ts: float) -> str:
 
 
 def run(series: Series, horizon_s: float, test_from: float, *, every_s: float = HOUR,
-        refit_every_s: float = 7 * DAY, validation_s: float = VALIDATION_S, progress=None) -> Backtest:
+        refit_every_s: float = 7 * DAY, validation_s: float = VALIDATION_S, progress=None,
+        rentals: Rentals | None = None) -> Backtest:
     """Backtest the forecaster and the naive baselines from origins in ``[test_from, end)``."""
     hist = History(series)
     H = int(round(horizon_s / series.step_s))
@@ -200,7 +222,7 @@ def run(series: Series, horizon_s: float, test_from: float, *, every_s: float = 
     if start < 1 or start >= len(series) - 1:
         raise ValueError("the test period must start after the first step and before the last")
     r = rolling(series, start, H, every_s=every_s, refit_every_s=refit_every_s, validation_s=validation_s,
-                progress=progress)
+                progress=progress, rentals=rentals)
     origins = r.origins
     at = origins[:, None] + np.arange(H)[None, :]
     actual = np.where(at < len(series), hist.raw[np.minimum(at, len(series) - 1)], np.nan)
@@ -213,7 +235,7 @@ def run(series: Series, horizon_s: float, test_from: float, *, every_s: float = 
             pred[ok] = m.predict(hist, origins[ok], H)
         forecasts[m.name] = pred
         scores[m.name] = Scores.of(actual, pred)
-    return Backtest(series, H, origins, actual, forecasts, r.p10, r.p90, scores, r.refits)
+    return Backtest(series, H, origins, actual, forecasts, r.p10, r.p90, scores, r.refits, r.choices)
 
 
 def chart(bt: Backtest, path: str, title: str = "") -> None:

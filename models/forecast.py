@@ -10,16 +10,27 @@ Candidates, all fitted on the same regular series (``models/series.py``):
   features (the last value against the means of the last hour, six hours, day and week, and against the
   same time yesterday and last week), one output per horizon step, predicting the change from the last
   value;
-- ``blend``: the mean of those three model candidates (of the ones the history allows).
+- ``blend``: the mean of those three model candidates (of the ones the history allows);
+- ``rentals`` (with the pool's rentals only): the GPUs of the rentals running at the origin expected to be
+  still running, by their ages against their tenant's typical rental length, plus the arrivals of the hour of
+  the week (``models/rentals.py``).
 
 :meth:`Forecaster.fit` runs a rolling-origin backtest over the most recent part of the history
 (``validation_s``, 28 days, at most half of it; the candidates fitted on what lies before, origins every
 ``origin_every_s``) and keeps, for each block of horizons (an hour), the candidate with the lowest mean
-absolute error, the naive baselines included (a model must beat the best of them by 2% to replace it):
-on that backtest the forecast is never worse than the best naive baseline at any horizon. The band comes
-from the chosen candidates' backtest residuals (split-conformal): p10 and p90 are the forecast plus the
-10th and 90th percentile of the residuals at that horizon, scaled by the factor that makes the band of the
-backtest's first half of origins hold 80% of its second half (the errors' drift from one period to the next).
+absolute error, the naive baselines included: a model must beat the best of them by 2% to replace it, over the
+validation and over each half of it. On that backtest the forecast is never worse than the best naive baseline
+at any horizon. With the pool's rentals (``models/rentals.py``) a candidate built on the rentals running at each
+origin joins them. Choice and band are always fitted over at least 48 hours of horizon, so a horizon's forecast
+and band do not depend on how far ahead is asked for.
+
+The band is split-conformal: p10 and p90 are the forecast plus the 10th and 90th percentile of the chosen
+candidates' backtest residuals at that horizon, times a scale fitted per bucket of horizons (up to 1 h, 1-6 h,
+6-24 h, beyond): the one that makes the band of the backtest's first half of origins hold 80% of its second
+half there (the errors' drift from one period to the next). At each forecast, the band widens further where the
+forecasts of the last seven days (from the same fit, whose actual values are known by then) needed it to hold
+80%, per bucket, weighed by how many there are (never narrower: a fit's recent forecasts partly saw the values
+they forecast).
 
 Plain numpy and scikit-learn; nothing here knows Kafka or ClickHouse.
 """
@@ -30,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .rentals import Rentals, RentalsModel
 from .series import DAY, Series
 
 HOUR = 3600
@@ -252,11 +264,15 @@ class Blend(Method):
         return np.mean([m.predict(hist, origins, horizon) for m in self.parts], axis=0)
 
 
-def candidates() -> list[Method]:
-    """Fresh candidates, the naive baselines first (a tie goes to them)."""
-    return [LastValue(), SameTime("same_time_yesterday", 1), SameTime("same_time_last_week", 7),
-            Profile("daily_profile", 1, n_max=14, n_min=3), Profile("weekly_profile", 7, n_max=4, n_min=2),
-            RidgeModel(), Blend()]
+def candidates(rentals: Rentals | None = None) -> list[Method]:
+    """Fresh candidates, the naive baselines first (a tie goes to them); with the pool's rentals, the candidate
+    built on the rentals running at each origin last (``models/rentals.py``)."""
+    out: list[Method] = [LastValue(), SameTime("same_time_yesterday", 1), SameTime("same_time_last_week", 7),
+                         Profile("daily_profile", 1, n_max=14, n_min=3),
+                         Profile("weekly_profile", 7, n_max=4, n_min=2), RidgeModel(), Blend()]
+    if rentals is not None and len(rentals):
+        out.append(RentalsModel(rentals))   # type: ignore[arg-type]
+    return out
 
 
 def baselines() -> list[Method]:
@@ -274,6 +290,15 @@ class Forecast:
     methods: list[str]
 
 
+FIT_HORIZON_S = 2 * DAY       # candidates are always fitted and chosen over at least this, so that a horizon's
+                              # choice and band do not depend on how far ahead is asked for
+BUCKETS_H = (1, 6, 24)        # the band's scale is fitted per bucket of horizons: up to 1 h, 1-6 h, 6-24 h, beyond
+RECENT_S = 7 * DAY            # the band widens where the forecasts whose times fell in this before the origin
+RECENT_PRIOR = 50             # ... needed it (their count weighed against this many of the fit's own)
+RECENT_MIN = 20               # ... and known at least this many times in the bucket
+RECENT_MAX_SCALE = 4.0        # ... by at most this much
+
+
 class Forecaster:
     """Chooses among the candidates per horizon block by rolling-origin backtest, with conformal bands.
 
@@ -281,20 +306,29 @@ class Forecaster:
     """
 
     def __init__(self, step_s: float, horizon_s: float = 2 * DAY, *, validation_s: float = VALIDATION_S,
-                 origin_every_s: float = HOUR, margin: float = MARGIN):
+                 origin_every_s: float = HOUR, margin: float = MARGIN, rentals: Rentals | None = None):
         if step_s <= 0 or horizon_s < step_s:
             raise ValueError("step_s must be positive and horizon_s at least one step")
         self.step_s, self.horizon = step_s, int(round(horizon_s / step_s))
+        self.fit_horizon = max(self.horizon, int(round(FIT_HORIZON_S / step_s)))
         self.validation = max(1, int(round(validation_s / step_s)))
         self.every = max(1, int(round(origin_every_s / step_s)))
         self.margin = margin
-        self.naive = [m.naive for m in candidates()]
+        self.rentals = rentals
+        self.naive = [m.naive for m in candidates(rentals)]
         self.methods: list[Method] = []
-        self.choice = np.zeros(self.horizon, dtype=int)
-        self.q10 = np.zeros(self.horizon)
-        self.q90 = np.zeros(self.horizon)
+        self.choice = np.zeros(self.fit_horizon, dtype=int)
+        self.q10 = np.zeros(self.fit_horizon)
+        self.q90 = np.zeros(self.fit_horizon)
+        self.band_scale = np.ones(len(BUCKETS_H) + 1)
         self.validation_mae: dict[str, np.ndarray] = {}
         self.fitted_end = 0
+        self._recent: tuple[tuple | None, dict[int, np.ndarray]] = (None, {})   # past origins' forecasts
+
+    def buckets(self) -> np.ndarray:
+        """The band bucket of each horizon step (0: up to 1 h, 1: 1-6 h, 2: 6-24 h, 3: beyond)."""
+        hours = (np.arange(self.fit_horizon) + 1) * self.step_s / HOUR
+        return np.searchsorted(np.array(BUCKETS_H, dtype=float), hours - 1e-9)
 
     def fit(self, series: Series, end: int | None = None) -> Forecaster:
         """Choose and fit on the first ``end`` steps of ``series`` (all of it by default)."""
@@ -304,7 +338,7 @@ class Forecaster:
         end = len(series) if end is None else end
         if end < 1:
             raise ValueError("nothing to fit on")
-        H = self.horizon
+        H = self.fit_horizon
         cut = end - min(self.validation, end // 2)
         origins = np.arange(max(cut, 1), end, self.every)
         k = np.arange(H)
@@ -312,7 +346,7 @@ class Forecaster:
         actual = np.where(at < end, hist.raw[np.minimum(at, len(hist.raw) - 1)], np.nan)
 
         forecasts, errors = [], []
-        for m in candidates():
+        for m in candidates(self.rentals):
             pred = np.full((len(origins), H), np.nan)
             if m.fit(hist, cut, H):
                 ok = origins >= m.min_origin(hist)
@@ -321,26 +355,28 @@ class Forecaster:
             forecasts.append(pred)
             errors.append(np.abs(actual - pred))
             self.validation_mae[m.name] = _nanmean0(errors[-1])
-        self.choice, self.q10, self.q90 = self._choose(origins, actual, forecasts, errors)
+        self.choice, self.q10, self.q90 = self._choose(hist, origins, actual, forecasts, errors)
 
         chosen = sorted(set(self.choice.tolist()))
-        self.methods = candidates()
+        self.methods = candidates(self.rentals)
         for i in chosen:
             if not self.methods[i].fit(hist, end, H):     # cannot happen with more history; be safe
                 self.choice[self.choice == i] = 0
         if (self.choice == 0).any():
             self.methods[0].fit(hist, end, H)
         self.fitted_end = end
+        self._recent = (None, {})
         return self
 
-    def _choose(self, origins, actual, forecasts, errors):
-        H = self.horizon
+    def _choose(self, hist, origins, actual, forecasts, errors):
+        H = self.fit_horizon
         block = max(1, int(round(HOUR / self.step_s)))
         choice = np.zeros(H, dtype=int)
         has_data = np.zeros(H, dtype=bool)
         for lo in range(0, H, block):
             cols = slice(lo, min(lo + block, H))
-            best, best_mae = 0, np.inf
+            best, best_mae, best_halves = 0, np.inf, (np.inf, np.inf)
+            half = len(origins) // 2
             for i, err in enumerate(errors):
                 e = err[:, cols]
                 n = int(np.count_nonzero(~np.isnan(e)))
@@ -348,11 +384,14 @@ class Forecaster:
                 if n < MIN_BLOCK_ERRORS or np.isnan(forecasts[i][:, cols]).all(axis=1).any():
                     continue
                 mae = float(np.nanmean(e))
-                # a model must beat the best naive baseline by a margin to replace it: a gain smaller than
-                # that on the validation is as likely noise as skill
-                if mae < best_mae * (1 - (self.margin if self.naive[i] is False and self.naive[best] else 0))\
-                        - 1e-12:
-                    best, best_mae = i, mae
+                halves = (_mean_or_inf(e[:half]), _mean_or_inf(e[half:]))
+                # a model must beat the best naive baseline by a margin to replace it, over the validation and
+                # over each half of it: a gain smaller than that, or in one period only, is as likely noise as skill
+                model_vs_naive = self.naive[i] is False and self.naive[best]
+                m = self.margin if model_vs_naive else 0
+                if mae < best_mae * (1 - m) - 1e-12 and (
+                        not model_vs_naive or all(h < b * (1 - m) for h, b in zip(halves, best_halves))):
+                    best, best_mae, best_halves = i, mae, halves
             choice[cols] = best
             has_data[cols] = np.isfinite(best_mae)
         # the last block with data decides for horizons beyond the validation's reach
@@ -364,8 +403,9 @@ class Forecaster:
             cols = choice == i
             residual[:, cols] = actual[:, cols] - forecasts[i][:, cols]
         q10, q90, known = _band(residual, block)
-        scale = _band_scale(residual, block)
-        q10, q90 = q10 * scale, q90 * scale
+        buckets = self.buckets()
+        self.band_scale = np.array([_band_scale(residual, block, buckets == b) for b in range(len(BUCKETS_H) + 1)])
+        q10, q90 = q10 * self.band_scale[buckets], q90 * self.band_scale[buckets]
         if known.any():
             last = int(np.flatnonzero(known)[-1])
             grow = np.sqrt((np.arange(H) + 1) / (last + 1))   # beyond the validation: widen like a random walk
@@ -375,12 +415,10 @@ class Forecaster:
             q10[:first], q90[:first] = q10[first], q90[first]
         return choice, q10, q90
 
-    def predict(self, series: Series, origins: np.ndarray | list[int]) -> Forecast:
-        """Forecasts from each origin (an index into ``series``: the first step forecast), using the values
-        before it only. Origins must be at least the end the forecaster was fitted on minus the validation."""
-        hist = History(series)
-        origins = np.asarray(origins, dtype=int)
-        H = self.horizon
+    def _means(self, hist: History, origins: np.ndarray, early: bool = True) -> np.ndarray:
+        """The chosen candidates' forecasts; where an origin is too early for one, the last value (``early``)
+        or NaN."""
+        H = self.fit_horizon
         mean = np.empty((len(origins), H))
         for i in set(self.choice.tolist()):
             m = self.methods[i]
@@ -388,30 +426,134 @@ class Forecaster:
             ok = origins >= m.min_origin(hist)
             pred = np.empty((len(origins), H))
             if (~ok).any():                                  # too early for this one: the last value
-                pred[~ok] = self.methods[0].predict(hist, origins[~ok], H) if self.methods[0].naive else 0
+                pred[~ok] = (self.methods[0].predict(hist, origins[~ok], H) if self.methods[0].naive else 0) \
+                    if early else np.nan
             if ok.any():
                 pred[ok] = m.predict(hist, origins[ok], H)
             mean[:, cols] = pred[:, cols]
-        mean = np.maximum(mean, 0.0)
-        p10 = np.minimum(np.maximum(mean + self.q10, 0.0), mean)
-        p90 = np.maximum(mean + self.q90, mean)
-        return Forecast(mean, p10, p90, [self.methods[i].name for i in self.choice])
+        return np.where(np.isnan(mean), np.nan, np.maximum(mean, 0.0))
 
-    def forecast(self, series: Series) -> Forecast:
+    def use_rentals(self, rentals: Rentals | None) -> None:
+        """Forecast with these rentals from now on (the same pool's, read later: what the fit learnt stays)."""
+        if rentals is None:
+            return
+        self.rentals = rentals
+        for m in self.methods:
+            if isinstance(m, RentalsModel):
+                m.rentals = rentals
+
+    def predict(self, series: Series, origins: np.ndarray | list[int], rentals: Rentals | None = None) -> Forecast:
+        """Forecasts from each origin (an index into ``series``: the first step forecast), using the values
+        before it only (and, with ``rentals``, the rentals running at it). Origins must be at least the end the
+        forecaster was fitted on minus the validation."""
+        self.use_rentals(rentals)
+        hist = History(series)
+        origins = np.asarray(origins, dtype=int)
+        mean = self._means(hist, origins)
+        q10, q90 = np.repeat(self.q10[None, :], len(origins), 0), np.repeat(self.q90[None, :], len(origins), 0)
+        if len(origins):
+            scale = self.recent_scale(hist, origins)
+            q10, q90 = q10 * scale, q90 * scale
+        mean, q10, q90 = mean[:, :self.horizon], q10[:, :self.horizon], q90[:, :self.horizon]
+        p10 = np.minimum(np.maximum(mean + q10, 0.0), mean)
+        p90 = np.maximum(mean + q90, mean)
+        return Forecast(mean, p10, p90, [self.methods[i].name for i in self.choice[:self.horizon]])
+
+    def _past_means(self, hist: History, grid: np.ndarray) -> np.ndarray:
+        """The forecasts from earlier origins, kept between calls while what they were made from stays the same
+        (the values before them and the rentals seen by then): the forecast process asks for nearly the same
+        ones every hour."""
+        key, kept = self._recent
+        if key is not None and not self._same_inputs(hist, key):
+            kept = {}
+        missing = np.array([g for g in grid.tolist() if g not in kept], dtype=int)
+        if len(missing):
+            for g, row in zip(missing.tolist(), self._means(hist, missing, early=False)):
+                kept[g] = row
+        lo, hi = int(grid.min()), int(grid.max())
+        self._recent = (self._inputs(hist, hi), {g: row for g, row in kept.items() if lo <= g <= hi})
+        return np.array([kept[g] for g in grid.tolist()])
+
+    def _inputs(self, hist: History, upto: int) -> tuple:
+        """What the forecasts from origins up to ``upto`` were made from."""
+        t = hist.series.start + upto * hist.step
+        r = self.rentals
+        seen = None if r is None else r.start < t
+        return (hist.series.start, upto, hist.raw[:upto].copy(),
+                None if r is None else (r.start[seen].copy(), np.minimum(r.end[seen], t), r.gpus[seen].copy(),
+                                        r.tenant[seen].copy()))
+
+    def _same_inputs(self, hist: History, key: tuple) -> bool:
+        start, upto, raw, rentals = key
+        now = self._inputs(hist, upto)
+        if now[0] != start or len(now[2]) != len(raw) or not np.array_equal(now[2], raw, equal_nan=True):
+            return False
+        if (rentals is None) != (now[3] is None):
+            return False
+        return rentals is None or all(len(a) == len(b) and np.array_equal(a, b) for a, b in zip(rentals, now[3]))
+
+    def recent_scale(self, hist: History, origins: np.ndarray) -> np.ndarray:
+        """Per origin and horizon step: how much wider the band must be to have held 80% of the actual values of
+        the forecasts from earlier origins (every ``every`` steps) whose times fell in the ``RECENT_S`` before the
+        origin, per bucket of horizons; weighed against the fit's own band by their count, at least 1 (a fit's
+        recent forecasts partly saw the values they forecast, so a band is never narrowed on them), at most
+        ``RECENT_MAX_SCALE``."""
+        H, every = self.fit_horizon, self.every
+        window = int(round(RECENT_S / self.step_s))
+        out = np.ones((len(origins), H))
+        lo = max(1, int(origins.min()) - window - H)
+        grid = np.arange(int(origins.min()) - every, lo - 1, -every)[::-1]
+        if len(grid) == 0:
+            return out
+        at = grid[:, None] + np.arange(H)[None, :]
+        n = len(hist.raw)
+        r = np.where(at < n, hist.raw[np.minimum(at, n - 1)], np.nan) - self._past_means(hist, grid)
+        # the scale each residual needs to fall inside the band (inf where the band has no width that side)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = np.where(r > 0, r / self.q90[None, :], np.where(r < 0, r / self.q10[None, :], 0.0))
+        need = np.where(np.isnan(r), np.nan, np.where(np.isfinite(need) & (need >= 0), need, np.inf))
+        edges = np.concatenate([[0.0], np.geomspace(0.05, 20, 121), [np.inf]])
+        bins = np.minimum(np.searchsorted(edges, need, side="left"), len(edges) - 1)
+        t0 = int(grid[0])
+        span = int(at.max()) - t0 + 1
+        rel = np.clip(origins - t0, 0, span)
+        first = np.clip(origins - window - t0, 0, span)
+        buckets = self.buckets()
+        for b in range(len(BUCKETS_H) + 1):
+            cols = buckets == b
+            known = ~np.isnan(need[:, cols])
+            if not known.any():
+                continue
+            counts = np.zeros((span + 1, len(edges)))          # by the time forecast (+1) and the scale needed
+            np.add.at(counts, ((at[:, cols] - t0)[known] + 1, bins[:, cols][known]), 1)
+            cum = np.cumsum(counts, axis=0)                      # cum[t]: forecasts of times before t0 + t
+            got = cum[rel] - cum[first]
+            total = got.sum(axis=1)
+            idx = np.argmax(np.cumsum(got, axis=1) >= 0.8 * total[:, None], axis=1)
+            needed = np.clip(edges[np.clip(idx, 1, len(edges) - 2)], 1.0, RECENT_MAX_SCALE)
+            w = total / (total + RECENT_PRIOR)
+            out[:, cols] = np.where(total >= RECENT_MIN, w * needed + (1 - w), 1.0)[:, None]
+        return out
+
+    def forecast(self, series: Series, rentals: Rentals | None = None) -> Forecast:
         """The forecast from the end of ``series``: one row."""
         if len(series) == 0:
             raise ValueError("an empty series")
-        return self.predict(series, [len(series)])
+        return self.predict(series, [len(series)], rentals)
 
     def describe(self) -> str:
         """Which candidate serves which horizons, e.g. ``ridge 0-6h, weekly_profile 6-48h``."""
         parts, start = [], 0
-        names = [self.methods[i].name if self.methods else str(i) for i in self.choice]
+        names = [self.methods[i].name if self.methods else str(i) for i in self.choice[:self.horizon]]
         for j in range(1, len(names) + 1):
             if j == len(names) or names[j] != names[start]:
                 parts.append(f"{names[start]} {_hours(start * self.step_s)}-{_hours(j * self.step_s)}")
                 start = j
         return ", ".join(parts)
+
+
+def _mean_or_inf(a: np.ndarray) -> float:
+    return float(np.nanmean(a)) if np.isfinite(a).any() else np.inf
 
 
 def _band(residual: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -429,11 +571,14 @@ def _band(residual: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.
     return q10, q90, known
 
 
-def _band_scale(residual: np.ndarray, block: int) -> float:
+def _band_scale(residual: np.ndarray, block: int, cols: np.ndarray | None = None) -> float:
     """How much wider (or narrower) the band must be for the next period to hold 80%: the band of the first
-    half of the validation origins, scaled, against the residuals of the second half."""
+    half of the validation origins, scaled, against the residuals of the second half (over ``cols``, the
+    horizons of one bucket; all of them by default)."""
+    if cols is not None:
+        residual = residual[:, cols]
     n = residual.shape[0] // 2
-    if n < MIN_BLOCK_ERRORS:
+    if n < MIN_BLOCK_ERRORS or residual.shape[1] == 0:
         return 1.0
     q10, q90, known = _band(residual[:n], block)
     later = residual[n:, known]

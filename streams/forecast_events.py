@@ -6,6 +6,7 @@ check the contract (tests, consumers such as the feed).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -18,7 +19,8 @@ SCALE_SCHEMA: Literal["gpufleet.scale.v1"] = "gpufleet.scale.v1"
 
 FORECASTS = Table("forecasts", ("pool", "made_at", "ts", "step_s", "demand_gpus", "p10", "p90", "method"))
 SCALE_EVENTS = Table("scale_events", ("pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason",
-                                      "dry_run", "lead_time_s"))
+                                      "dry_run", "lead_time_s", "capacity_gpus", "request_gpus", "request_from",
+                                      "request_until", "request_p90", "changed"))
 
 
 def topic_names(settings) -> dict[str, str]:
@@ -44,7 +46,22 @@ class ForecastEvent(BaseModel):
     points: list[ForecastPoint]
 
 
+class CapacityRequest(BaseModel):
+    """Demand beyond what the pool has: ``gpus`` more from ``from`` until ``until``, and the forecast's highest p90
+    in that time (the peak rented, where the demand observed is already beyond the pool)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    gpus: int = Field(gt=0)
+    from_: float = Field(alias="from")
+    until: float
+    p90: float = Field(ge=0)
+
+
 class ScaleEvent(BaseModel):
+    """A scale decision: ``at`` is when it was made (event time), ``target_gpus`` never exceeds ``capacity_gpus``,
+    ``action`` compares the target with ``current_gpus``, ``reason`` is one sentence. Events written before
+    ``rented_gpus``, ``capacity_gpus`` and ``capacity_request`` were added lack them."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     schema_: Literal["gpufleet.scale.v1"] = Field(SCALE_SCHEMA, alias="schema")
     pool: str
@@ -53,6 +70,9 @@ class ScaleEvent(BaseModel):
     current_gpus: int = Field(ge=0)
     target_gpus: int = Field(ge=0)
     reason: str
+    rented_gpus: int | None = Field(None, ge=0)
+    capacity_gpus: int | None = Field(None, ge=0)
+    capacity_request: CapacityRequest | None = None
 
 
 def _r(x: float) -> float:
@@ -67,9 +87,12 @@ def forecast_event(pool: str, made_at: float, step_s: float, demand: Sequence[fl
                        for k, (m, lo, hi) in enumerate(zip(demand, p10, p90))]}
 
 
-def scale_event(pool: str, at: float, action: str, current_gpus: int, target_gpus: int, reason: str) -> dict:
+def scale_event(pool: str, at: float, action: str, current_gpus: int, target_gpus: int, reason: str, *,
+                rented_gpus: int, capacity_gpus: int, capacity_request: dict | None) -> dict:
+    """A ``gpufleet.scale.v1`` event; ``capacity_request`` is ``{"gpus", "from", "until", "p90"}`` or None."""
     return {"schema": SCALE_SCHEMA, "pool": pool, "at": _r(at), "action": action, "current_gpus": int(current_gpus),
-            "target_gpus": int(target_gpus), "reason": reason}
+            "target_gpus": int(target_gpus), "reason": reason, "rented_gpus": int(rented_gpus),
+            "capacity_gpus": int(capacity_gpus), "capacity_request": capacity_request}
 
 
 def forecast_rows(event: dict, methods: Sequence[str]) -> list[tuple]:
@@ -78,6 +101,9 @@ def forecast_rows(event: dict, methods: Sequence[str]) -> list[tuple]:
              p["p90"], m) for p, m in zip(event["points"], methods)]
 
 
-def scale_row(event: dict, rented_gpus: int, dry_run: bool, lead_time_s: float) -> tuple:
+def scale_row(event: dict, dry_run: bool, lead_time_s: float, changed: bool) -> tuple:
+    """The row of ``scale_events`` for one event (a request's columns 0 where there is none)."""
+    r = event["capacity_request"] or {"gpus": 0, "from": 0, "until": 0, "p90": 0.0}
     return (event["pool"], int(event["at"]), event["action"], event["current_gpus"], event["target_gpus"],
-            int(rented_gpus), event["reason"], int(dry_run), int(lead_time_s))
+            event["rented_gpus"], event["reason"], int(dry_run), int(lead_time_s), event["capacity_gpus"],
+            int(r["gpus"]), int(r["from"]), int(math.ceil(r["until"])), float(r["p90"]), int(changed))

@@ -9,7 +9,8 @@ that follow. So a forecast depends on the stored rows and ``T`` alone: the embed
 ``replay`` and ``demo``) and ``gpufleet forecast run`` beside the workers make the same ones.
 
 The scale decision at ``T`` follows the pool's policy (``models/scaling.py``) from the forecast, the
-demand observed before ``T`` and the last decision stored. Per ``T``: the events go out first (the bus
+demand observed before ``T``, the pool's capacity (``scale.capacity_gpus``, else the most GPUs it has shown in
+the history read) and the last decision stored. Per ``T``: the events go out first (the bus
 returns once they are acknowledged, retrying meanwhile), then the rows are stored; the stored forecasts
 are the process's progress, so a restart makes and publishes again what was not stored (at least once).
 """
@@ -24,6 +25,7 @@ import numpy as np
 
 from gpufleet.contracts.output import Table
 from gpufleet.models.forecast import Forecaster
+from gpufleet.models.rentals import Rentals
 from gpufleet.models.scaling import Observed, Standing, decide, next_standing
 from gpufleet.models.series import DAY, Series, regular
 
@@ -60,6 +62,28 @@ def read_demand(store, pool: str, since: float, until: float) -> PoolDemand:
     return PoolDemand(since, rented, total)
 
 
+RUN_GAP_S = 600      # a GPU's minutes with one tenant are one rental unless telemetry stops for longer than this
+
+
+def read_rentals(store, pool: str, since: float, until: float, data_until: float) -> Rentals:
+    """The rentals of ``pool`` seen over ``[since, until)``: each run of a GPU's minutes with one tenant (telemetry
+    gaps up to ``RUN_GAP_S`` kept inside), one GPU each; a run that reaches the end of the telemetry stored
+    (``data_until``) is still running. A forecast at ``T`` uses a run's end only to tell whether it was still
+    running at ``T``, so what is stored after ``T`` changes nothing it uses."""
+    rows = store.query(
+        "SELECT tenant, toUnixTimestamp(min(minute)), toUnixTimestamp(max(minute)) + 60 FROM ("
+        " SELECT gpu_uuid, tenant, minute, sum(fresh) OVER (PARTITION BY gpu_uuid, tenant ORDER BY minute"
+        "  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run FROM ("
+        "  SELECT gpu_uuid, tenant, minute, if(toUnixTimestamp(minute) - lagInFrame(toUnixTimestamp(minute), 1, 0)"
+        "   OVER (PARTITION BY gpu_uuid, tenant ORDER BY minute ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
+        "   > %(gap)s, 1, 0) AS fresh"
+        "  FROM usage_gpu_1m FINAL WHERE pool = %(pool)s AND tenant != '' AND minute >= toDateTime(%(lo)s, 'UTC')"
+        "   AND minute < toDateTime(%(hi)s, 'UTC')))"
+        " GROUP BY gpu_uuid, tenant, run ORDER BY 2, 3, 1",
+        {"pool": pool, "lo": int(since), "hi": int(until), "gap": RUN_GAP_S})
+    return Rentals.of([(float(a), None if b >= data_until else float(b), 1, t) for t, a, b in rows])
+
+
 @dataclass
 class Report:
     forecasts: int = 0
@@ -92,7 +116,7 @@ class ForecastRunner:
             "SELECT pool, toUnixTimestamp(max(made_at)) FROM forecasts GROUP BY pool")}
 
     def standings(self) -> dict[str, Standing]:
-        rows = self.store.query("SELECT pool, argMax(target_gpus, at), toUnixTimestamp(maxIf(at, action != 'hold')) "
+        rows = self.store.query("SELECT pool, argMax(target_gpus, at), toUnixTimestamp(maxIf(at, changed = 1)) "
                                 "FROM scale_events FINAL GROUP BY pool")
         return {p: Standing(int(target), float(changed) if changed else None) for p, target, changed in rows}
 
@@ -132,7 +156,8 @@ class ForecastRunner:
             out[off:off + len(s.values)] = s.values[:n - off]
         return Series(lo, float(step), out)
 
-    def forecaster(self, pool: str, demand: PoolDemand, first: float, t: float) -> tuple[Forecaster, float]:
+    def forecaster(self, pool: str, demand: PoolDemand, first: float, t: float,
+                   rentals: Rentals | None = None) -> tuple[Forecaster, float]:
         cfg = self.cfg
         fit_end = math.floor(t / cfg.refit_every_s) * cfg.refit_every_s
         if fit_end - first < DAY:
@@ -143,10 +168,13 @@ class ForecastRunner:
             series = self._series(demand, first, start, fit_end)
             self._fitted = {k: v for k, v in self._fitted.items() if k[0] != pool}   # one per pool is enough
             self._fitted[key] = Forecaster(cfg.step_s, cfg.horizon_s, validation_s=cfg.validation_s,
-                                           origin_every_s=cfg.every_s).fit(series)
+                                           origin_every_s=cfg.every_s, rentals=rentals).fit(series)
         return self._fitted[key], start
 
     def observe(self, demand: PoolDemand, t: float, window_s: float) -> Observed | None:
+        """What the pool shows before ``t``: the GPUs present and rented in its last bucket, the peak rented over
+        ``window_s``, and its capacity as telemetry shows it: the most GPUs present in a minute over the history
+        read (``forecast.history_s`` and ``forecast.refit_every_s`` before the first forecast due)."""
         a, b = demand.index(t - window_s), demand.index(t)
         rented = demand.rented[max(a, 0):b]
         seen = np.flatnonzero(~np.isnan(rented))
@@ -154,8 +182,10 @@ class ForecastRunner:
         if not len(recent):
             return None
         last = max(a, 0) + int(recent[-1])
+        present = demand.total[:b]
+        capacity = int(np.nanmax(present)) if np.isfinite(present).any() else int(demand.total[last])
         return Observed(int(demand.total[last]), int(demand.rented[last]), float(np.nanmax(rented)),
-                        float(len(seen) * BUCKET_S))
+                        float(len(seen) * BUCKET_S), capacity)
 
     # -- a run ---------------------------------------------------------------------------
     def run_once(self) -> Report:
@@ -171,13 +201,15 @@ class ForecastRunner:
         since = math.floor(since / BUCKET_S) * BUCKET_S
         names = sorted({p for v in plan.values() for p in v})
         demand = {p: read_demand(self.store, p, since, max(plan)) for p in names}
+        until = self.data_until() or max(plan)
+        rentals = {p: read_rentals(self.store, p, since, until, until) for p in names} if cfg.rentals else {}
         for t, due_pools in plan.items():
             events: list[dict] = []
             rows: dict[Table, list[tuple]] = {FORECASTS: [], SCALE_EVENTS: []}
             for pool in due_pools:
                 first = pools[pool][0]
-                f, start = self.forecaster(pool, demand[pool], first, t)
-                fc = f.forecast(self._series(demand[pool], first, start, t))
+                f, start = self.forecaster(pool, demand[pool], first, t, rentals.get(pool))
+                fc = f.forecast(self._series(demand[pool], first, start, t), rentals.get(pool))
                 ev = forecast_event(pool, t, cfg.step_s, fc.mean[0], fc.p10[0], fc.p90[0])
                 events.append(ev)
                 rows[FORECASTS] += forecast_rows(ev, fc.methods)
@@ -188,10 +220,12 @@ class ForecastRunner:
                 points = [(p["ts"], p["p90"]) for p in ev["points"]]
                 d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s, next_decision_s=cfg.every_s)
                 standing[pool] = next_standing(standing.get(pool), d)
-                se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason)
+                se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason, rented_gpus=d.rented_gpus,
+                                 capacity_gpus=d.capacity_gpus,
+                                 capacity_request=d.capacity_request.to_dict() if d.capacity_request else None)
                 if not d.dry_run:
                     events.append(se)
-                rows[SCALE_EVENTS].append(scale_row(se, d.rented_gpus, d.dry_run, policy.lead_time_s))
+                rows[SCALE_EVENTS].append(scale_row(se, d.dry_run, policy.lead_time_s, d.changed))
                 report.decisions += 1
             self.publish(events)
             report.published += len(events)

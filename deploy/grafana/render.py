@@ -154,7 +154,8 @@ WHERE (pool, made_at) IN (SELECT pool, max(made_at) FROM {DB}.forecasts WHERE ma
   AND $__timeFilter(ts) AND {POOLS}
 ORDER BY time"""},
     {"title": "Scale decisions", "type": "table", "format": TABLE, "w": 24, "h": 7,
-     "sql": f"""SELECT at, pool, action, current_gpus, target_gpus, rented_gpus, dry_run, reason
+     "sql": f"""SELECT at, pool, action, current_gpus, target_gpus, rented_gpus, capacity_gpus, request_gpus, dry_run,
+       reason
 FROM {DB}.scale_events FINAL
 WHERE $__timeFilter(at) AND {POOLS}
 ORDER BY at DESC

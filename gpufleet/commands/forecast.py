@@ -70,6 +70,18 @@ def read_series(args) -> Series:
         raise ArgumentError(names.get(err.argument, "--series"), err.message) from None
 
 
+def read_rentals_arg(args):
+    """The rentals of --rentals (None without it)."""
+    if not getattr(args, "rentals", None):
+        return None
+    from gpufleet.models.rentals import read_rentals
+    from gpufleet.models.series import SeriesError
+    try:
+        return read_rentals(args.rentals)
+    except SeriesError as err:
+        raise ArgumentError("--rentals", err.message) from None
+
+
 def _test_from(args, series: Series, horizon_s: float) -> float:
     from gpufleet.models.series import parse_time
     if args.test_from is not None:
@@ -116,9 +128,11 @@ def backtest_command(args) -> int:
     if every_s < series.step_s:
         raise ArgumentError("--every", f"{args.every} is shorter than the series' step ({_label(series.step_s)})")
     test_from = _test_from(args, series, horizon_s)
+    rentals = read_rentals_arg(args)
     log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
     started = time.monotonic()
-    bt = backtest.run(series, horizon_s, test_from, every_s=every_s, refit_every_s=refit_s, progress=log)
+    bt = backtest.run(series, horizon_s, test_from, every_s=every_s, refit_every_s=refit_s, progress=log,
+                      rentals=rentals)
     seconds = time.monotonic() - started
     rep = bt.report()
     goals = bt.goals()
@@ -133,6 +147,9 @@ def backtest_command(args) -> int:
         "horizons": rep,
         "goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals],
         "worse_than_best_naive": bt.not_worse_than_naive(),
+        "rentals": None if rentals is None else {"file": args.rentals, "rentals": len(rentals)},
+        "chosen": bt.chosen(),
+        "kept_naive": [{"horizon": h, "baseline": b} for h, b in bt.kept_naive()],
         "refits": [{"at": t, "methods": m} for t, m in bt.refits],
         "seconds": round(seconds, 1),
     }
@@ -158,6 +175,11 @@ def backtest_command(args) -> int:
     worse = bt.not_worse_than_naive()
     print("\nbetter than or equal to the best naive baseline (MAE) at every horizon shown" if not worse else
           f"\nworse than the best naive baseline (MAE) at: {', '.join(worse)}")
+    print("chosen per horizon over the fits: " + "; ".join(
+        f"{label} " + ", ".join(f"{m} {n}" for m, n in c.items()) for label, c in bt.chosen().items()))
+    for label, base in bt.kept_naive():
+        print(f"{label} ahead: {base.replace('_', ' ')} at every fit: nothing beat it on the fits' own backtests"
+              + ("" if rentals is not None else " (no rentals given: --rentals adds what the fleet knows)"))
     if args.chart:
         print(f"chart: {args.chart}")
     return 0
@@ -192,6 +214,9 @@ def read_policy(path: str, pool: str | None):
     return scale.policy(pool or "")
 
 
+GOAL_GPU_HOURS_VS_REACTIVE_PCT = 10.0     # the forecast policy provisions at most this much more than reactive
+
+
 def simulate_command(args) -> int:
     import numpy as np
 
@@ -200,16 +225,22 @@ def simulate_command(args) -> int:
 
     policy = read_policy(args.policy, args.pool)
     series = read_series(args)
+    if args.capacity is not None:
+        if args.capacity <= 0:
+            raise ArgumentError("--capacity", f"{args.capacity} is not a positive number of GPUs")
+        policy = policy.model_copy(update={"capacity_gpus": args.capacity})
     every_s = _duration(args.every, "--every", 3600.0)
     if every_s < series.step_s or every_s % series.step_s:
         raise ArgumentError("--every", f"{args.every} is not a multiple of the series' step ({_label(series.step_s)})")
     refit_s = _duration(args.refit_every, "--refit-every", 7 * DAY)
     test_from = _test_from(args, series, 2 * DAY)
+    rentals = read_rentals_arg(args)
     start = series.index(test_from)
     horizon = int(round(2 * DAY / series.step_s))
     log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
     started = time.monotonic()
-    r = backtest.rolling(series, start, horizon, every_s=every_s, refit_every_s=refit_s, progress=log)
+    r = backtest.rolling(series, start, horizon, every_s=every_s, refit_every_s=refit_s, progress=log,
+                         rentals=rentals)
 
     def forecast_at(i: int):
         j = int(np.searchsorted(r.origins, i, side="right")) - 1
@@ -217,11 +248,16 @@ def simulate_command(args) -> int:
 
     decide_every = int(round(every_s / series.step_s))
     demand = np.asarray(series.values, dtype=float)
-    outcomes = [scaling.simulate("forecast policy", demand, start, policy, series.step_s, forecast_at, decide_every),
-                scaling.simulate("reactive policy", demand, start, policy, series.step_s, None, decide_every),
-                scaling.static_peak(demand[start:], policy, series.step_s)]
+    capacity = scaling.pool_capacity(policy, demand)
+    bounded = policy.model_copy(update={"capacity_gpus": capacity})
+    outcomes = [scaling.simulate("forecast policy", demand, start, bounded, series.step_s, forecast_at, decide_every),
+                scaling.simulate("reactive policy", demand, start, bounded, series.step_s, None, decide_every),
+                scaling.static_peak(demand[start:], bounded, series.step_s, capacity),
+                scaling.oracle(demand[start:], bounded, series.step_s, capacity)]
     seconds = time.monotonic() - started
-    ours, reactive, static = outcomes
+    ours, reactive, static, best = outcomes
+    limit = reactive.provisioned_gpu_h * (1 + GOAL_GPU_HOURS_VS_REACTIVE_PCT / 100)
+    more = 100 * (ours.provisioned_gpu_h / reactive.provisioned_gpu_h - 1) if reactive.provisioned_gpu_h else 0.0
     goals = [("provisions fewer GPU-hours than static peak capacity",
               ours.provisioned_gpu_h < static.provisioned_gpu_h,
               f"{ours.provisioned_gpu_h:,.0f} vs {static.provisioned_gpu_h:,.0f}"),
@@ -229,26 +265,37 @@ def simulate_command(args) -> int:
               ours.shortfall_gpu_h <= reactive.shortfall_gpu_h + 1e-9 and
               ours.shortfall_count <= reactive.shortfall_count,
               f"{ours.shortfall_gpu_h:,.1f} GPU-h in {ours.shortfall_count} times vs "
-              f"{reactive.shortfall_gpu_h:,.1f} GPU-h in {reactive.shortfall_count} times")]
+              f"{reactive.shortfall_gpu_h:,.1f} GPU-h in {reactive.shortfall_count} times"),
+             (f"provisions at most {GOAL_GPU_HOURS_VS_REACTIVE_PCT:g}% more GPU-hours than the reactive policy",
+              ours.provisioned_gpu_h <= limit + 1e-9,
+              f"{ours.provisioned_gpu_h:,.0f} vs {reactive.provisioned_gpu_h:,.0f} ({more:+.1f}%)")]
+    where = ("--capacity" if args.capacity is not None else "the policy's capacity_gpus"
+             if policy.capacity_gpus is not None else "the series' peak")
     if args.json:
-        print(json.dumps({"policy": policy.model_dump(), "series": args.series, "from": test_from,
+        print(json.dumps({"policy": bounded.model_dump(), "series": args.series, "from": test_from,
                           "steps": len(series) - start, "step_s": series.step_s, "every_s": every_s,
+                          "capacity_gpus": capacity, "capacity_from": where,
+                          "rentals": None if rentals is None else {"file": args.rentals, "rentals": len(rentals)},
                           "outcomes": {o.name: o.to_dict() for o in outcomes},
                           "goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals],
                           "seconds": round(seconds, 1)}, indent=1))
         return 0
     print(_describe_series(args, series))
     p = policy
-    print(f"policy: headroom {p.headroom_pct:g}%, min {p.min_gpus}, max {p.max_gpus or 'none'}, step {p.step_gpus}, "
-          f"cooldown {_label(p.cooldown_s)}, lead time {_label(p.lead_time_s)}, scale-in on the demand of the last "
-          f"{_label(p.scale_in_after_s)}")
+    fh = "" if p.forecast_headroom_pct is None else f" ({p.forecast_headroom_pct:g}% over the forecast's p90)"
+    print(f"policy: headroom {p.headroom_pct:g}%{fh}, min {p.min_gpus}, max {p.max_gpus or 'none'}, "
+          f"step {p.step_gpus}, cooldown {_label(p.cooldown_s)}, lead time {_label(p.lead_time_s)}, scale-in once "
+          f"the forecast and the demand of the last {_label(p.scale_in_after_s)} agree")
+    print(f"pool: {capacity:,} GPUs ({where}); no policy goes above it, and demand beyond it is a shortfall of all")
     print(f"replayed from {_iso(test_from)} UTC ({len(series) - start:,} steps); decisions and forecasts every "
-          f"{_label(every_s)}, the forecaster refitted every {_label(refit_s)} on the history before "
-          f"({seconds:.0f} s)")
+          f"{_label(every_s)}, the forecaster refitted every {_label(refit_s)} on the history before"
+          f"{'' if rentals is None else f', with {len(rentals):,} rentals'} ({seconds:.0f} s)")
     print(table(["policy", "GPU_hours", "idle_GPU_hours", "shortfall_GPU_hours", "shortfall_times", "changes",
                  "peak_GPUs"],
                 [(o.name, round(o.provisioned_gpu_h, 1), round(o.idle_gpu_h, 1), round(o.shortfall_gpu_h, 1),
                   o.shortfall_count, o.changes, o.peak_capacity) for o in outcomes]))
+    print("oracle: perfect foresight, exactly the demand at every step (in whole steps of the policy), within the "
+          "pool: the least any policy could provision")
     print("\ngoals\n" + table(["goal", "met", "value"], [(g, "yes" if ok else "NO", v) for g, ok, v in goals]))
     return 0
 
@@ -356,6 +403,12 @@ def cmd_scale(args) -> int:
         raise UsageError(f"{args.prog} simulate: {err}") from None
 
 
+def _rentals_option(m) -> None:
+    m.add_argument("--rentals", metavar="CSV",
+                   help="the pool's rentals (columns start, end, gpus[, tenant]; an empty end: still running): the "
+                        "forecaster adds a candidate built on the rentals running at each origin")
+
+
 def add_forecast(sub) -> None:
     s = sub.add_parser("forecast", help="demand forecasts: backtest on a series, or make them from the store",
                        description="Forecast each pool's demand 48 hours ahead with a p10-p90 band: backtest the "
@@ -369,6 +422,7 @@ def add_forecast(sub) -> None:
                                     "--refit-every on everything before; print MAE, RMSE, SMAPE and p10-p90 "
                                     "coverage per horizon for the forecaster and the naive baselines, and the goals.")
     series_options(m)
+    _rentals_option(m)
     m.add_argument("--horizon", default="48h", metavar="H", help="how far ahead, e.g. 48h (default 48h)")
     m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     m.add_argument("--chart", metavar="PNG", help="draw forecast against actuals with the band, and SMAPE by horizon")
@@ -394,10 +448,15 @@ def add_scale(sub) -> None:
                         description="Replay a demand series through a scale policy fed by the forecaster (fitted on "
                                     "the history before the test period, refitted as it goes) and print GPU-hours "
                                     "provisioned, idle GPU-hours and shortfall, against a static capacity at the "
-                                    "series' peak and a purely reactive policy.")
+                                    "series' peak, a purely reactive policy and an oracle with perfect foresight, "
+                                    "all within the pool's capacity.")
     series_options(m)
     m.add_argument("--policy", required=True, metavar="FILE",
-                   help="TOML policy: the keys of the [scale] settings section (README)")
+                   help="TOML policy: the keys of the [scale] settings section (docs/forecasting.md)")
     m.add_argument("--pool", help="use the policy's [pools.POOL] values")
+    m.add_argument("--capacity", type=int, metavar="GPUS",
+                   help="GPUs the pool has: no policy goes above it (default: the policy's capacity_gpus, else the "
+                        "series' peak)")
+    _rentals_option(m)
     m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     s.set_defaults(fn=cmd_scale)

@@ -457,12 +457,17 @@ class FleetData:
                 f["forecast"] = {"made_at": float(made), "step_s": int(step), "points": []}
             f["forecast"]["points"].append({"ts": float(ts), "demand_gpus": round(float(d), 3),
                                             "p10": round(float(p10), 3), "p90": round(float(p90), 3)})
-        for name, at, action, current, target, rented, dry_run, reason in self._rows(
-                "SELECT pool, toUnixTimestamp(at), action, current_gpus, target_gpus, rented_gpus, dry_run, reason "
-                "FROM scale_events FINAL WHERE at >= toDateTime(%(start)s) AND at <= toDateTime(%(end)s)"
+        for (name, at, action, current, target, rented, dry_run, reason, capacity, req_gpus, req_from, req_until,
+             req_p90) in self._rows(
+                "SELECT pool, toUnixTimestamp(at), action, current_gpus, target_gpus, rented_gpus, dry_run, reason, "
+                "capacity_gpus, request_gpus, toUnixTimestamp(request_from), toUnixTimestamp(request_until), "
+                "request_p90 FROM scale_events FINAL WHERE at >= toDateTime(%(start)s) AND at <= toDateTime(%(end)s)"
                 f"{only} ORDER BY pool, at", p):
+            request = ({"gpus": int(req_gpus), "from": float(req_from), "until": float(req_until),
+                        "p90": round(float(req_p90), 3)} if req_gpus else None)
             of(name)["scale_events"].append({"at": float(at), "action": action, "current_gpus": int(current),
                                              "target_gpus": int(target), "rented_gpus": int(rented),
+                                             "capacity_gpus": int(capacity), "capacity_request": request,
                                              "dry_run": bool(dry_run), "reason": reason})
         out = {"start": w.start, "end": w.end, "ahead_s": ahead_s, "pools": [pools[k] for k in sorted(pools)]}
         if not any(x["demand"] for x in pools.values()):

@@ -271,8 +271,9 @@ def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = 
     # the history drawn from where it starts (a young store holds less than the window)
     t0 = max(w.start, min((p["demand"][0]["ts"] for p in d["pools"] if p["demand"]), default=w.start))
     parts = [f'<p class="note">GPUs per pool every 5 minutes from {esc(iso(t0))}; the latest forecast made by '
-             f"{esc(iso(w.end))} with its p10–p90 band; the scale target of each decision (▲ up, ▼ down, ● hold; "
-             "hollow when a dry run).</p>"]
+             f"{esc(iso(w.end))} with its p10–p90 band; the scale target of each decision (▲ up, ▼ down, ● hold "
+             "against the GPUs present; hollow when a dry run), which never goes above the pool's capacity (dotted); "
+             "demand beyond the pool is a capacity request, under the chart.</p>"]
     if d.get("no_forecast"):
         parts.append(f'<p class="note">{esc(d["no_forecast"][0].upper() + d["no_forecast"][1:])}.</p>')
     history = w.end - t0
@@ -290,10 +291,16 @@ def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = 
             band = [(x["ts"], x["p10"], x["p90"]) for x in f["points"]]
         events = p["scale_events"]
         if events:
+            # what the pool has: no target goes above it (rows from before capacities were recorded have 0)
+            known = [e for e in events if e["capacity_gpus"]]
+            if known:
+                series.append(Series("pool capacity", [(e["at"], e["capacity_gpus"]) for e in known] +
+                                     [(w.end, known[-1]["capacity_gpus"])], "#5f6368", width=1.0, dash="2,3",
+                                     step=True))
             series.append(Series("scale target", [(e["at"], e["target_gpus"]) for e in events] +
                                  [(w.end, events[-1]["target_gpus"])], charts.color(2), width=1.6, step=True))
-        markers = [Marker(e["at"], f"{e['action']} to {e['target_gpus']} GPUs{' (dry run)' if e['dry_run'] else ''}:"
-                                   f" {e['reason']}", charts.color(2), _symbol(e)) for e in events]
+        markers = [Marker(e["at"], f"decided {iso(e['at'])}{' (dry run)' if e['dry_run'] else ''}: {e['reason']}",
+                          charts.color(2), _symbol(e)) for e in events]
         # the forecast drawn as far ahead as the history shown goes back (3 hours at least): a young store's few
         # hours of history keep half the width
         ahead = min(f["points"][-1]["ts"] - w.end, max(history, 3 * 3600)) if f else 0.0
@@ -302,8 +309,34 @@ def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = 
         parts.append(f"<h3>{esc(p['pool'])} <small>{esc(made)}</small></h3>" +
                      charts.lines(f"demand-{p['pool']}", f"Demand of {p['pool']}", series, t0, end, band=band,
                                   band_color=FORECAST, markers=markers, now=w.end, height=210, now_label=now_label,
-                                  y_label="GPUs"))
+                                  y_label="GPUs") + _latest_decision(events, w.end))
     return Section("demand", title, "".join(parts), json_url)
+
+
+def _latest_decision(events: list[dict], end: float) -> str:
+    """Under a pool's chart: its latest decision, when it was made (and how long before the window's end), its
+    reason, and the GPUs asked for beyond the pool."""
+    if not events:
+        return '<p class="note">No scale decision yet.</p>'
+    e = events[-1]
+    before = end - e["at"]
+    ago = f", {_span(before)} before {iso(end)}" if before >= 60 else ""
+    out = (f'<p class="note decision"><b>Latest decision, made {esc(iso(e["at"]))}{esc(ago)}'
+           f'{" (dry run: nothing acts on it)" if e["dry_run"] else ""}:</b> {esc(e["reason"])}')
+    if e["capacity_gpus"]:
+        out += f" The pool has {e['capacity_gpus']} GPUs; {e['rented_gpus']} are rented."
+    out += "</p>"
+    r = e.get("capacity_request")
+    if r:
+        out += (f'<p class="note request"><b>Capacity request:</b> {r["gpus"]} more GPUs than the pool has, from '
+                f'{esc(iso(r["from"]))} until {esc(iso(r["until"]))}, for a demand of up to {r["p90"]:.1f} GPUs '
+                "(the forecast's p90, or the peak rented where that is already beyond the pool; not a scale target: "
+                "the pool cannot hold them).</p>")
+    return out
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _symbol(event: dict) -> str:

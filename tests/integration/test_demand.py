@@ -2,7 +2,9 @@
 the forecast process over it: what is due in event time, published before stored, made once, dry runs kept
 off the bus, nothing lost when publishing fails."""
 import json
+import math
 
+import numpy as np
 import pytest
 from helpers import gpu, message
 
@@ -168,3 +170,104 @@ def test_forecast_run_publishes_stores_and_stops_on_sigterm(server_store, clickh
     assert sorted((e["pool"], e["at"] - T0) for e in scales) == [("p1", 600), ("p1", 1200), ("p1", 1800)]
     assert server_store.query("SELECT count() FROM forecasts FINAL")[0][0] == 6 * 12
     assert server_store.query("SELECT countIf(dry_run = 1), count() FROM scale_events FINAL")[0] == (3, 6)
+
+
+def test_targets_stay_within_the_gpus_the_pool_has_and_the_rest_is_a_request(embedded_store):
+    """p1 shows 8 GPUs and rents 4 or 5; with 150% headroom it wants 10 or more: the target stops at the 8 it has,
+    the rest is asked for, in the event and in the row, and every action reads against the GPUs present."""
+    store_fleet(embedded_store, fleet())
+    published: list[dict] = []
+    r = runner(embedded_store, published)
+    r.scale = ScaleSettings(step_gpus=2, cooldown_s=0, scale_in_after_s=600, headroom_pct=150)
+    r.run_once()
+    scales = [ScaleEvent.model_validate(e) for e in published if e["schema"] == "gpufleet.scale.v1"]
+    assert len(scales) == 3
+    for s in scales:
+        assert s.capacity_gpus == 8 and s.current_gpus == 8 and s.target_gpus == 8, s
+        assert s.action == "hold" and s.reason.startswith("Hold at 8 GPUs: ") and s.reason.endswith(".")
+        assert "capped at the pool's 8 GPUs" in s.reason
+        need = math.ceil(2.5 * s.rented_gpus / 2) * 2                  # at least what is rented now asks for
+        assert s.capacity_request is not None and s.capacity_request.gpus >= need - 8 >= 2, s
+        assert s.capacity_request.from_ == s.at and s.capacity_request.until > s.at
+    rows = embedded_store.query("SELECT toUnixTimestamp(at), capacity_gpus, request_gpus, "
+                                "toUnixTimestamp(request_from), toUnixTimestamp(request_until), request_p90, reason, "
+                                "changed FROM scale_events FINAL ORDER BY at")
+    assert rows == [(int(s.at), 8, s.capacity_request.gpus, int(s.capacity_request.from_),
+                     int(s.capacity_request.until), s.capacity_request.p90, s.reason, 0) for s in scales]
+    # a pool's own capacity (scale.pools.<pool>.capacity_gpus) bounds it below what telemetry shows
+    embedded_store.command("TRUNCATE TABLE forecasts")
+    embedded_store.command("TRUNCATE TABLE scale_events")
+    published.clear()
+    r.scale = ScaleSettings(step_gpus=2, cooldown_s=0, scale_in_after_s=600, pools={"p1": {"capacity_gpus": 6}})
+    r.run_once()
+    scales = [ScaleEvent.model_validate(e) for e in published if e["schema"] == "gpufleet.scale.v1"]
+    assert [(s.capacity_gpus, s.target_gpus, s.action) for s in scales] == [(6, 6, "scale_down")] * 3
+    assert [s.capacity_request.gpus if s.capacity_request else 0 for s in scales] == [0, 0, 0]
+
+
+def test_the_rentals_are_each_gpu_s_runs_with_one_tenant(embedded_store):
+    """What the forecaster's rentals candidate reads: each run of a GPU's minutes with one tenant, a telemetry gap
+    of up to 10 minutes kept inside, one that reaches the end of the telemetry still running."""
+    from gpufleet.streams.forecasting import read_rentals
+
+    messages = fleet()
+    for i in range(240):                       # n3's GPU: tenant c in minutes 0-9 and 15-19 (a 5-minute gap), 35-39
+        ts = T0 + i * 10
+        m = (ts - T0) / 60
+        if m < 10 or 15 <= m < 20 or m >= 35:
+            messages.append(message(ts, "n3", [gpu(0, "n3-0", tenant="c", job="j3")], interval_s=10.0, pool="p1"))
+    store_fleet(embedded_store, messages)
+    end = T0 + 2400
+    r = read_rentals(embedded_store, "p1", T0, end, end)
+    got = sorted((t, a - T0, b - T0) for a, b, t in zip(r.start, r.end, r.tenant))
+    inf = float("inf")
+    assert got == sorted([("a", 0, inf)] * 4 + [("b", 600, 1800), ("b", 1920, 2100), ("c", 0, 1200), ("c", 2100, inf)])
+    assert r.gpus.tolist() == [1.0] * 8
+    # held at each minute is the pool's rented GPUs (the demand the forecaster forecasts), but in the gap, where
+    # the rental goes on unseen
+    minutes = T0 + 60 * np.arange(40)
+    rented = embedded_store.query("SELECT toUnixTimestamp(minute), countIf(tenant != '') FROM usage_gpu_1m FINAL "
+                                  "WHERE pool = 'p1' GROUP BY minute ORDER BY minute")
+    held = r.held(minutes + 30).tolist()
+    assert [h - (10 <= i < 15) for i, h in enumerate(held)] == [float(n) for _, n in rented]
+
+
+@pytest.mark.slow
+def test_the_forecast_process_forecasts_with_the_rentals_it_reads(embedded_store):
+    """A pool of tenants (two weeks of the simulator's rentals, each GPU of a rental on a GPU of its own) written
+    as the per-GPU minutes the pipeline stores: the forecast process reads the rentals back, and the candidate
+    built on them serves some horizons; without them (forecast.rentals false) none."""
+    from gpufleet.collectors.simulator.demand import tenant_pool
+
+    start = T0
+    _, _, held = tenant_pool(2, seed=21, rentals_per_hour=6, start=start)
+    runs = []                                # each rental's GPUs on GPUs free at its start
+    ends: list[float] = []
+    for a, b, g, tenant in sorted(held):
+        for _ in range(int(g)):
+            i = next((k for k, e in enumerate(ends) if e <= a), None)
+            if i is None:
+                ends.append(b)
+                i = len(ends) - 1
+            ends[i] = b
+            runs.append((i, a, b, tenant))
+    end = start + 14 * 86400
+    rows = []
+    for i, a, b, tenant in runs:
+        for m in range(int(max(a, start) // 300 + 1) * 300, int(min(b, end)), 300):
+            rows.append((m, "p9", tenant, f"g{i}", 50.0, 50.0, 300.0, 1e9))
+    busy = {(r[0], r[3]) for r in rows}
+    rows += [(m, "p9", "", f"g{i}", 0.0, 0.0, 60.0, 0.0) for m in range(int(start), int(end), 300)
+             for i in range(len(ends)) if (m, f"g{i}") not in busy]
+    embedded_store.write("usage_gpu_1m", ["minute", "pool", "tenant", "gpu_uuid", "util", "util_max", "power",
+                                          "mem_used"], rows)
+    methods = {}
+    for rentals in (True, False):
+        embedded_store.command("TRUNCATE TABLE forecasts")
+        embedded_store.command("TRUNCATE TABLE scale_events")
+        r = ForecastRunner(ForecastSettings(rentals=rentals), ScaleSettings(), embedded_store, Sink(embedded_store),
+                           lambda events: None)
+        assert r.run_once().forecasts == 25                         # the last day's, every hour
+        methods[rentals] = dict(embedded_store.query("SELECT method, count() FROM forecasts FINAL GROUP BY method"))
+    assert methods[True].get("rentals", 0) >= 25 * 6, methods[True]     # at least an hour of each forecast
+    assert "rentals" not in methods[False]

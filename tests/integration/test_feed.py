@@ -84,6 +84,16 @@ def test_keda_metrics_api_reads_the_target_at_the_documented_value_location(serv
         assert value == (current if dry_run else target), (pool, body)
         assert gjson(body, "would_target_gpus") == target and gjson(body, "lead_time_s") == 900
         assert bool(dry_run) is (pool == "p2")
+        # when the decision was made, what the pool has (no target above it) and nothing asked beyond it
+        doc = json.loads(body)
+        at, capacity, reason = store.query("SELECT toUnixTimestamp(max(at)), argMax(capacity_gpus, at), "
+                                           "argMax(reason, at) FROM scale_events FINAL WHERE pool = %(p)s",
+                                           {"p": pool})[0]
+        assert doc["decided_at"] == doc["at"] == at and doc["reason"] == reason
+        assert doc["capacity_gpus"] == capacity == {"p1": 8, "p2": 1}[pool] >= doc["would_target_gpus"]
+        # p2's one GPU is rented and 10% headroom rounds to 2 of its 2-GPU steps: one more step is asked for
+        assert doc["capacity_request"] == (None if pool == "p1" else {
+            "gpus": 2, "from": at, "until": at + 3600, "p90": 1.0}) and doc["reason"].endswith(".")
 
 
 def test_the_latest_forecast_and_the_errors(served):
@@ -117,6 +127,8 @@ def test_metrics_carry_the_forecast_and_the_target(served):
     assert samples[("gpufleet_scale_target_gpus", (("pool", "p1"),))] == target
     assert samples[("gpufleet_scale_current_gpus", (("pool", "p1"),))] == current
     assert samples[("gpufleet_scale_dry_run", (("pool", "p2"),))] == 1
+    assert samples[("gpufleet_scale_capacity_gpus", (("pool", "p1"),))] == 8
+    assert samples[("gpufleet_scale_capacity_request_gpus", (("pool", "p1"),))] == 0
     assert samples[("gpufleet_forecast_made_at_seconds", (("pool", "p1"),))] == T0 + 1800
     hour = store.query("SELECT demand_gpus, p90 FROM forecasts FINAL WHERE pool = 'p1' AND toUnixTimestamp(made_at) "
                        "= %(t)s AND toUnixTimestamp(ts) = %(ts)s", {"t": int(T0 + 1800), "ts": int(T0 + 1800 + 3300)})
@@ -141,3 +153,31 @@ def test_gpufleet_serve_binds_loopback_serves_the_feed_and_stops_on_sigterm(serv
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_capacity_request_is_served_beside_the_target_never_as_it(server_store):
+    """Demand beyond the pool: /v1/scale keeps target_gpus within capacity_gpus (what KEDA reads) and carries the
+    rest as capacity_request, from when and until when, with the forecast's p90 behind it."""
+    store_fleet(server_store, fleet())
+    r = runner(server_store, [])
+    r.scale = r.scale.model_copy(update={"headroom_pct": 150.0})
+    r.run_once()
+    router = web.Router()
+    registry = feed.mount(router, server_store)
+    server = web.make_server(router, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status, body, _ = get(f"http://127.0.0.1:{server.server_address[1]}/v1/scale?pool=p1")
+        assert status == 200
+        doc = json.loads(body)
+        assert gjson(body, feed.KEDA_VALUE_LOCATION) == doc["capacity_gpus"] == 8
+        req = doc["capacity_request"]
+        stored = server_store.query("SELECT request_gpus, toUnixTimestamp(request_from), "
+                                    "toUnixTimestamp(request_until), request_p90 FROM scale_events FINAL "
+                                    "WHERE pool = 'p1' ORDER BY at DESC LIMIT 1")
+        assert (req["gpus"], req["from"], req["until"], req["p90"]) == stored[0] and req["gpus"] >= 2
+        assert req["from"] == doc["decided_at"] and req["until"] > req["from"]
+        assert registry.get_sample_value("gpufleet_scale_capacity_request_gpus", {"pool": "p1"}) == req["gpus"]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -65,26 +65,36 @@ def test_a_database_without_the_schema_is_not_migrated_by_a_read(clickhouse_url)
         bare.close()
 
 
-def test_the_summary_shows_each_pools_capacity_beside_its_scale_target(clickhouse_url):
-    """A scale action reads against the capacity it changes, not against the rented GPUs: both are shown."""
+def test_the_summary_shows_when_each_decision_was_made_the_pool_its_request_and_why(clickhouse_url):
+    """A scale action reads against the GPUs present, within what the pool has; demand beyond it is a request,
+    and the reason and the time the decision was made are shown (make demo prints this table)."""
     name = f"summary_{uuid.uuid4().hex[:8]}"
     store = Store.connect(clickhouse_url, name, create=True)
     try:
         store.migrate()
-        at = 1764374400
+        at = 1764374400                                              # 2025-11-29 00:00 UTC
         store.write("forecasts", ["pool", "made_at", "step_s", "ts", "demand_gpus", "p10", "p90"],
                     [("h100", at, 3600, at + 3600 * h, 20.0 + h, 18.0, 30.0 + h) for h in range(1, 4)])
-        store.write("scale_events", ["pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason",
-                                     "dry_run", "lead_time_s"],
-                    [("h100", at - 3600, "scale_up", 32, 40, 22, "", 0, 900),
-                     ("h100", at, "scale_down", 40, 35, 23, "", 0, 900)])
+        columns = ["pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason", "dry_run",
+                   "lead_time_s", "capacity_gpus", "request_gpus", "request_from", "request_until", "request_p90"]
+        store.write("scale_events", columns,
+                    [("h100", at - 3600, "scale_up", 24, 32, 22, "Scale up from 24 to 32 GPUs: x.", 0, 900, 32, 0, 0,
+                      0, 0.0),
+                     ("h100", at, "hold", 32, 32, 23, "Hold at 32 GPUs: capped at the pool's 32 GPUs.", 0, 900, 32, 8,
+                      at + 3600, at + 4 * 3600, 33.0)])
         out = gpufleet("summary", "--dsn", clickhouse_url, "--database", name)
         assert out.returncode == 0, out.stderr
         section = out.stdout.split("Demand forecast")[1].splitlines()
         header, row = section[1].split(), section[3].split()
-        got = dict(zip(header, [row[0], " ".join(row[1:3]), *row[3:]]))
-        assert got["capacity"] == "40" and got["rented"] == "23" and got["target_gpus"] == "35", out.stdout
-        assert got["action"] == "scale_down" and got["peak_p90"] == "33", out.stdout
+        got = dict(zip(header, [row[0], " ".join(row[1:3]), row[3], row[4], " ".join(row[5:7]), *row[7:12],
+                                " ".join(row[12:])]))
+        assert got["decided"] == "2025-11-29 00:00" and got["forecast_made"] == "2025-11-29 00:00", out.stdout
+        assert (got["present"], got["capacity"], got["rented"], got["target"]) == ("32", "32", "23", "32"), out.stdout
+        assert got["action"] == "hold" and got["peak_p90"] == "33", out.stdout
+        assert got["capacity_request"] == "+8 from 11-29 01:00 to 11-29 04:00", out.stdout
+        why = out.stdout.split("Why (the latest scale decision of each pool)")[1].splitlines()
+        assert why[3].split(None, 3) == ["h100", "2025-11-29", "00:00", "Hold at 32 GPUs: capped at the pool's 32 "
+                                         "GPUs."], out.stdout
     finally:
         store.drop()
         store.close()

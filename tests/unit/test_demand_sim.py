@@ -29,3 +29,21 @@ def test_the_demand_is_the_gpus_of_the_rentals_active():
     for i in (0, 100, 500, 1000):
         t = times[i]
         assert gpus[i] == sum(g for a, b, g in held if a <= t < b)
+
+
+def test_a_pool_of_tenants_counts_the_most_held_in_each_step_and_each_tenant_rents_for_its_own_length():
+    import math
+    import statistics
+
+    from gpufleet.collectors.simulator.demand import TENANTS, tenant_pool
+    times, gpus, held = tenant_pool(2, seed=3, rentals_per_hour=20)
+    assert tenant_pool(2, seed=3, rentals_per_hour=20) == (times, gpus, held)       # deterministic
+    for i in (0, 300, 1000, 2000):
+        t = times[i]
+        moments = [t] + [a for a, _, _, _ in held if t < a < t + 600] + [b for _, b, _, _ in held if t < b < t + 600]
+        assert gpus[i] == max(sum(g for a, b, g, _ in held if a <= m < b) for m in moments)
+    medians = {n: statistics.median(b - a for a, b, _, name in held if name == n) / 3600 for n, _, _ in TENANTS}
+    for name, share, hours in TENANTS:
+        assert abs(math.log(medians[name] / hours)) < 0.3, medians     # each around its own median
+        count = sum(1 for *_, n in held if n == name)
+        assert abs(count / len(held) - share) < 0.05

@@ -62,17 +62,61 @@ def test_scale_simulate_against_static_peak_and_reactive(demand_csv, tmp_path, c
     assert main(["scale", "simulate", "--series", str(demand_csv), "--value-col", "gpus", "--policy", str(policy),
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    ours, reactive, static = (doc["outcomes"][k] for k in ("forecast policy", "reactive policy", "static peak"))
-    assert static["shortfall_gpu_hours"] == 0
+    ours, reactive, static, oracle = (doc["outcomes"][k] for k in ("forecast policy", "reactive policy",
+                                                                   "static peak", "oracle"))
+    assert static["shortfall_gpu_hours"] == 0 and oracle["shortfall_gpu_hours"] == 0
+    assert oracle["provisioned_gpu_hours"] < min(ours["provisioned_gpu_hours"], reactive["provisioned_gpu_hours"])
     assert ours["provisioned_gpu_hours"] < static["provisioned_gpu_hours"]
     assert ours["shortfall_gpu_hours"] <= reactive["shortfall_gpu_hours"]
     assert reactive["shortfall_count"] > 0
-    assert all(g["met"] for g in doc["goals"]), doc["goals"]
+    assert [g["goal"] for g in doc["goals"]][2] == "provisions at most 10% more GPU-hours than the reactive policy"
+    assert all(g["met"] for g in doc["goals"][:2]), doc["goals"]
     assert doc["policy"]["lead_time_s"] == 1800 and doc["policy"]["min_gpus"] == 0
+    # the pool is the series' peak unless told: no policy goes above it
+    assert doc["capacity_from"] == "the series' peak" and doc["capacity_gpus"] >= ours["peak_capacity"]
     assert main(["scale", "simulate", "--series", str(demand_csv), "--value-col", "gpus", "--policy", str(policy),
                  "--pool", "big"]) == 0
     out = capsys.readouterr().out
     assert "policy: headroom 5%, min 600" in out and "static peak" in out and "shortfall no worse" in out
+    assert "oracle: perfect foresight" in out
+
+
+def test_scale_simulate_keeps_every_policy_within_the_pool_it_is_given(demand_csv, tmp_path, capsys):
+    policy = tmp_path / "policy.toml"
+    policy.write_text("headroom_pct = 10\nstep_gpus = 8\n")
+    assert main(["scale", "simulate", "--series", str(demand_csv), "--value-col", "gpus", "--policy", str(policy),
+                 "--capacity", "500", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["capacity_gpus"] == 500 and doc["capacity_from"] == "--capacity"
+    for name, o in doc["outcomes"].items():
+        assert o["peak_capacity"] <= 500, name
+    # demand beyond the pool is a shortfall of every policy, the oracle's included
+    assert doc["outcomes"]["oracle"]["shortfall_gpu_hours"] > 0
+    assert doc["outcomes"]["static peak"]["shortfall_gpu_hours"] == doc["outcomes"]["oracle"]["shortfall_gpu_hours"]
+
+
+def test_backtest_says_where_the_last_value_was_kept_and_takes_the_pool_s_rentals(tmp_path, capsys):
+    from gpufleet.collectors.simulator.demand import tenant_pool
+    times, gpus, held = tenant_pool(6, seed=5, rentals_per_hour=40)
+    series, rentals = tmp_path / "pool.csv", tmp_path / "rentals.csv"
+    series.write_text("ts,gpus\n" + "".join(f"{t:.0f},{g:g}\n" for t, g in zip(times, gpus)))
+    end = times[-1] + 600
+    rentals.write_text("start,end,gpus,tenant\n" + "".join(f"{a:.0f},{b:.0f},{g},{n}\n" if b <= end else
+                                                             f"{a:.0f},,{g},{n}\n" for a, b, g, n in held if a < end))
+    # a random walk has nothing to learn: the last value stays at every horizon up to a few hours, and it says so
+    walk = tmp_path / "walk.csv"
+    steps = np.random.default_rng(2).normal(0, 3, len(times))
+    walk.write_text("ts,gpus\n" + "".join(f"{t:.0f},{500 + v:.2f}\n" for t, v in zip(times, np.cumsum(steps))))
+    assert main(["forecast", "backtest", "--series", str(walk), "--horizon", "6h"]) == 0
+    out = capsys.readouterr().out
+    assert "1h ahead: last value at every fit: nothing beat it on the fits' own backtests (no rentals given" in out
+    assert main(["forecast", "backtest", "--series", str(series), "--rentals", str(rentals), "--horizon", "6h",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rentals"]["rentals"] == sum(1 for a, *_ in held if a < end)
+    assert doc["chosen"]["1h"].get("rentals", 0) >= 1 and doc["kept_naive"] == []
+    h = doc["horizons"]["1h"]
+    assert h["gpufleet"]["smape_pct"] <= 0.9 * h["last_value"]["smape_pct"]
 
 
 @pytest.mark.parametrize("args, names", [
@@ -94,6 +138,12 @@ def test_scale_simulate_against_static_peak_and_reactive(demand_csv, tmp_path, c
     (["scale", "simulate", "--series", "CSV", "--value-col", "gpus", "--policy", "GOOD", "--pool", "x"], "--pool"),
     (["scale", "simulate", "--series", "CSV", "--value-col", "gpus", "--policy", "GOOD", "--every", "25min"],
      "--every"),
+    (["scale", "simulate", "--series", "CSV", "--value-col", "gpus", "--policy", "GOOD", "--capacity", "0"],
+     "--capacity"),
+    (["scale", "simulate", "--series", "CSV", "--value-col", "gpus", "--policy", "GOOD", "--capacity", "many"],
+     "--capacity"),
+    (["forecast", "backtest", "--series", "CSV", "--value-col", "gpus", "--rentals", "/no/rentals.csv"], "--rentals"),
+    (["forecast", "backtest", "--series", "CSV", "--value-col", "gpus", "--rentals", "CSV"], "--rentals"),
 ])
 def test_bad_arguments_give_one_line_naming_them_and_exit_2(args, names, demand_csv, tmp_path, capsys):
     bad = tmp_path / "bad.toml"

@@ -237,3 +237,32 @@ def test_the_demand_chart_gives_history_half_its_width_and_tells_its_lines_apart
     assert busy < rented, "busy is drawn under rented, so both show where they are equal"
     colours = {name: colour for colour, name in re.findall(r'stroke="(#[0-9a-f]{6})"[^>]*><title>([^<]+)</title>', svg)}
     assert len({colours.get(k) for k in ("busy", "rented", "forecast (rented)")}) == 3 and ahead > 0, colours
+
+
+def test_the_demand_section_says_when_the_latest_decision_was_made_why_and_what_the_pool_lacks():
+    from gpufleet.view import sections
+
+    end = T0 + 6 * 3600
+    history = [{"ts": T0 + k * 300, "total_gpus": 24, "rented_gpus": 0, "busy_gpus": 0} for k in range(72)]
+    request = {"gpus": 8, "from": end + 3600, "until": end + 7 * 3600, "p90": 30.5}
+    events = [{"at": end - 7200, "action": "hold", "current_gpus": 24, "target_gpus": 24, "rented_gpus": 3,
+               "capacity_gpus": 24, "capacity_request": None, "dry_run": False, "reason": "Hold at 24 GPUs: a."},
+              {"at": end - 3600, "action": "scale_down", "current_gpus": 24, "target_gpus": 0, "rented_gpus": 0,
+               "capacity_gpus": 24, "capacity_request": request, "dry_run": False,
+               "reason": "Scale down from 24 to 0 GPUs: nothing rented over the last 60 min."}]
+
+    class Data:
+        def demand(self, w, ahead_s):
+            return {"pools": [{"pool": "east", "demand": history, "forecast": None, "scale_events": events}]}
+    body = sections.demand_section(Data(), Window(end - 24 * 3600, end), 24 * 3600).body
+    note = re.search(r'<p class="note decision">(.*?)</p>', body).group(1)
+    assert note.startswith("<b>Latest decision, made 2026-01-05 05:00 UTC, 60 min before 2026-01-05 06:00 UTC:</b>")
+    assert "Scale down from 24 to 0 GPUs: nothing rented over the last 60 min." in note
+    assert "The pool has 24 GPUs; 0 are rented." in note
+    asked = re.search(r'<p class="note request">(.*?)</p>', body).group(1)
+    assert "8 more GPUs than the pool has, from 2026-01-05 07:00 UTC until 2026-01-05 13:00 UTC" in asked
+    assert "not a scale target" in asked
+    svg = body[body.index("<svg"):]
+    assert "<title>pool capacity</title>" in svg and "<title>scale target</title>" in svg
+    # each marker tells when its decision was made and why
+    assert "decided 2026-01-05 05:00 UTC: Scale down from 24 to 0 GPUs" in svg

@@ -237,10 +237,22 @@ CONTRACT_MEANINGS: dict[str, dict[str, str]] = {
         "schema": "`gpufleet.scale.v1`",
         "pool": "the pool (the Kafka key)",
         "at": "the decision's time (event time)",
-        "action": "`scale_up`, `scale_down` or `hold` against the target in force",
+        "action": "`scale_up`, `scale_down` or `hold`: the target against the GPUs present (`current_gpus`)",
         "current_gpus": "GPUs in the pool at the decision",
-        "target_gpus": "the GPUs the pool should hold",
-        "reason": "the figures behind the decision",
+        "target_gpus": "the GPUs the pool should hold: never more than `capacity_gpus`, never fewer than rented",
+        "reason": "one sentence that starts with what it asks (\"Scale down from 24 to 0 GPUs: ...\") and gives the "
+                  "figures behind it",
+        "rented_gpus": "GPUs rented at the decision",
+        "capacity_gpus": "the pool's capacity: setting `scale.capacity_gpus` (or the pool's own), else the most GPUs "
+                         "it has shown in telemetry",
+        "capacity_request": "demand beyond the capacity, never a target: the `capacity request` below, or null",
+    },
+    "capacity request": {
+        "gpus": "how many GPUs to add beyond the pool's capacity",
+        "from": "from when, Unix seconds",
+        "until": "until when",
+        "p90": "the forecast's highest p90 in that time (the peak rented, where the demand observed is already beyond "
+               "the pool)",
     },
 }
 
@@ -249,11 +261,11 @@ def contract_models() -> list[tuple[str, type[BaseModel]]]:
     """(name, model) of every contract documented, in page order."""
     from gpufleet.contracts.events import Alert, Billing, DeadLetter
     from gpufleet.contracts.telemetry import Gpu, Host, Process, Telemetry
-    from gpufleet.streams.forecast_events import ForecastEvent, ForecastPoint, ScaleEvent
+    from gpufleet.streams.forecast_events import CapacityRequest, ForecastEvent, ForecastPoint, ScaleEvent
     return [("gpufleet.telemetry.v1", Telemetry), ("host", Host), ("gpu", Gpu), ("process", Process),
             ("gpufleet.alert.v1", Alert), ("gpufleet.billing.v1", Billing), ("gpufleet.deadletter.v1", DeadLetter),
             ("gpufleet.forecast.v1", ForecastEvent), ("forecast point", ForecastPoint),
-            ("gpufleet.scale.v1", ScaleEvent)]
+            ("gpufleet.scale.v1", ScaleEvent), ("capacity request", CapacityRequest)]
 
 
 # -- rendering helpers ----------------------------------------------------------------------------------------------

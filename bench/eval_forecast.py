@@ -7,7 +7,8 @@ For every series: `gpufleet forecast backtest --json --chart` and `gpufleet scal
 bench/scale-policy.toml (and the cluster's `--capacity` from DIR/capacity.csv); writes the JSON, the charts and
 report.md (a forecast table, a row per series and horizon: SMAPE at 1 h, 6 h and 24 h for the forecaster and
 each naive baseline, the ratio to the best of them (and the same in MAE, what the forecaster chooses by), p10-p90
-coverage, the goals; and a scale table, a row per series) to --out, and prints the report. --report-only writes the report from the JSON there.
+coverage, the goals; and a scale table, a row per series) to --out, and prints the report. --report-only writes
+the report from the JSON there.
 
 Simulated fleets (`collectors/simulator/demand.py`, `tenant_pool`): 50 rentals an hour at the tide's peak,
 three tenants renting for an hour, four or sixteen (median), 12 weeks at 10 min, each step the most GPUs held

@@ -45,9 +45,9 @@ def store_options(p: argparse.ArgumentParser, database: str | None = None, inher
     """--dsn and --database. ``inherited``: an action's parser under a command that has them too, so that either
     place works (``bill --dsn X rerate`` as ``bill rerate --dsn X``): its defaults are suppressed, never
     overriding a value given before the action."""
-    keep = {"default": argparse.SUPPRESS} if inherited else {}
-    p.add_argument("--dsn", help="store: chdb:///<dir> (embedded, the default) or http(s)://host:port", **keep)
-    p.add_argument("--database", default=keep.get("default", database), help="ClickHouse database" +
+    p.add_argument("--dsn", default=argparse.SUPPRESS if inherited else None,
+                   help="store: chdb:///<dir> (embedded, the default) or http(s)://host:port")
+    p.add_argument("--database", default=argparse.SUPPRESS if inherited else database, help="ClickHouse database" +
                    (f" (default {database})" if database else " (default: setting store.database, gpufleet)"))
 
 

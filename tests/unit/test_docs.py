@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -202,10 +203,17 @@ def test_every_link_of_every_page_leads_to_a_file_of_the_project():
 
 
 def _tracked_text() -> list[Path]:
+    """The project's own text files: what git tracks or would track (never a virtualenv, a build or the site)."""
     suffixes = {".md", ".py", ".toml", ".yml", ".yaml", ".sh", ".service", ".sql", ".txt"}
-    skip = {".git", ".venv", "site", ".services", ".eval", ".eval-intervals", ".typecheck", ".lint-imports", "build"}
-    return [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in suffixes
-            and not skip & set(p.relative_to(ROOT).parts[:-1]) and p.name not in {"test_docs.py"}]
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        files = [ROOT / name for name in listed.stdout.splitlines()]
+    else:  # not a git checkout (an unpacked source archive): everything but what the tools make
+        made = {".git", "site", ".services", ".eval", ".eval-intervals", ".typecheck", ".lint-imports", "build"}
+        files = [p for p in ROOT.rglob("*")
+                 if not any(part in made or part.startswith(".venv") for part in p.relative_to(ROOT).parts[:-1])]
+    return [p for p in files if p.is_file() and p.suffix in suffixes and p.name != "test_docs.py"]
 
 
 # Markdown files a program of the project writes when it runs (not references): bench/eval_forecast.py's report

@@ -8,7 +8,9 @@ Rules, for every decision at time ``at``:
   rounded up to ``step_gpus`` and kept at ``min_gpus`` or more;
 - a target never exceeds what exists: the pool's capacity (``capacity_gpus``, else the most GPUs the pool has
   shown in telemetry) and ``max_gpus``; demand beyond the capacity becomes a :class:`CapacityRequest` (how many
-  GPUs to add, from when, until when, with the forecast's p90 behind it), never a target;
+  GPUs to add, from when, until when, with the forecast's p90 behind it), never a target; a request rests on the
+  forecast only once the pool has ``request_min_history_s`` of demand history (a forecast of a few hours' history
+  has a band as wide as a random walk's, no ground to buy GPUs on), before that on the demand observed alone;
 - it never targets fewer GPUs than are rented now;
 - scale-in (the rule): a target goes below the one in force only when the forecast and the last
   ``scale_in_after_s`` of observed demand agree: that whole window has been observed, the cooldown since the last
@@ -64,6 +66,10 @@ class Policy(BaseModel):
     scale_in_after_s: float = Field(3600.0, gt=0, le=7 * 86400,
                                     description="a scale-in waits until this much observed demand agrees with the "
                                                 "forecast")
+    request_min_history_s: float = Field(86400.0, ge=0, le=366 * 86400,
+                                         description="a capacity request rests on the forecast only once the pool "
+                                                     "has this much demand history; before, on the demand observed "
+                                                     "alone")
     dry_run: bool = Field(False, description="record the decisions, act on none")
 
     @model_validator(mode="after")
@@ -134,7 +140,8 @@ class CapacityRequest:
 
     def describe(self) -> str:
         behind = "the peak rented" if self.observed else "forecast p90"
-        return (f"{self.gpus} more GPUs asked for from {_when(self.start)} for {_duration(self.end - self.start)} "
+        gpus = f"{self.gpus} more GPU{'s' if self.gpus != 1 else ''}"
+        return (f"{gpus} asked for from {_when(self.start)} for {_duration(self.end - self.start)} "
                 f"({behind} up to {self.p90:.1f})")
 
 
@@ -188,9 +195,10 @@ def _request(policy: Policy, at: float, capacity: int, observed_need: int, peak:
 
 def decide(policy: Policy, at: float, seen: Observed, standing: Standing | None,
            forecast: Sequence[tuple[float, float]] | None = None, *, step_s: float = 0.0,
-           next_decision_s: float = 0.0) -> Decision:
+           next_decision_s: float = 0.0, history_s: float | None = None) -> Decision:
     """The decision at ``at``: ``forecast`` is ``(ts, p90)`` per step of ``step_s`` from ``at`` on (None: a
-    purely reactive decision); ``next_decision_s``: when the next decision comes."""
+    purely reactive decision); ``next_decision_s``: when the next decision comes; ``history_s``: how much demand
+    history the forecast was made from (None: enough for a capacity request)."""
     rented = max(0, int(seen.rented_gpus))
     current = int(seen.current_gpus)
     capacity = policy.capacity_of(seen)
@@ -209,7 +217,13 @@ def decide(policy: Policy, at: float, seen: Observed, standing: Standing | None,
             why.append(f"the forecast p90 peaks at {max(ahead):.1f} within {_duration(window)}, {fneed} with "
                        f"{policy.forecast_headroom:g}% headroom")
             need = max(need, fneed)
-        request = _request(policy, at, capacity, observed_need, seen.peak_gpus, forecast, step_s, window)
+        if history_s is None or history_s >= policy.request_min_history_s:
+            request = _request(policy, at, capacity, observed_need, seen.peak_gpus, forecast, step_s, window)
+        else:
+            request = _request(policy, at, capacity, observed_need, seen.peak_gpus, [], step_s, window)
+            if _request(policy, at, capacity, observed_need, seen.peak_gpus, forecast, step_s, window) != request:
+                why.append(f"no capacity asked for on the forecast yet: it rests on {_duration(history_s)} of "
+                           f"history, a request on a forecast needs {_duration(policy.request_min_history_s)}")
     elif policy.stepped(observed_need) > capacity:
         request = _request(policy, at, capacity, observed_need, seen.peak_gpus, [], step_s, window)
     wanted = max(min(policy.stepped(need), limit), rented)

@@ -218,7 +218,8 @@ class ForecastRunner:
                 if seen is None:
                     continue
                 points = [(p["ts"], p["p90"]) for p in ev["points"]]
-                d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s, next_decision_s=cfg.every_s)
+                d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s, next_decision_s=cfg.every_s,
+                           history_s=t - first)
                 standing[pool] = next_standing(standing.get(pool), d)
                 se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason, rented_gpus=d.rented_gpus,
                                  capacity_gpus=d.capacity_gpus,

@@ -241,9 +241,9 @@ def test_no_file_gives_a_relative_path_out_of_the_project():
 
 def test_the_checks_of_names_and_paths_catch_what_they_are_for():
     """The patterns themselves, on text that must fail and text that must pass."""
-    assert MD_NAME.findall("see ARCHITECTURE.md and docs/alerting.md") == ["ARCHITECTURE.md", "docs/alerting.md"]
-    assert PARENT.findall("the notes in ../shared/notes.txt") == ["../shared/notes.txt"]
-    assert not _inside(DOCS / "../../shared")
+    assert MD_NAME.findall("see DESIGN.md and docs/alerting.md") == ["DESIGN.md", "docs/alerting.md"]
+    assert PARENT.findall("the notes in ../sibling/notes.txt") == ["../sibling/notes.txt"]
+    assert not _inside(DOCS / "../../sibling")
     assert _inside(DOCS / "../deploy")
     assert PARENT.findall("gpufleet eval --traces /tmp/traces") == []      # an absolute example path is no parent path
     assert LINK.findall("[a](runbooks/idle.md#x) and [b](https://example.com)") == \

@@ -7,9 +7,12 @@ raises :class:`SettingsError` with one line naming the setting.
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import socket
+import types
+import typing
 from decimal import Decimal
 from pathlib import Path
 
@@ -185,7 +188,10 @@ class ScaleSettings(Policy):
 
     @model_validator(mode="after")
     def _pools(self):
-        for name in self.pools:
+        for name, values in self.pools.items():
+            wrong = mistyped(Policy, values, f"pools.{name}")
+            if wrong is not None:
+                raise ValueError(wrong)
             try:
                 self.policy(name)
             except ValidationError as err:
@@ -235,6 +241,125 @@ class SettingsError(ValueError):
     """One line naming the bad setting and what is wrong with it."""
 
 
+MAX_QUOTED = 200        # characters of a bad value an error quotes
+
+
+def quoted(value) -> str:
+    """A bad value as the user wrote it, cut to :data:`MAX_QUOTED` characters (the rest counted)."""
+    text = value if isinstance(value, str) else written(value)
+    if len(text) <= MAX_QUOTED:
+        return written(value)
+    return f"{written(text[:MAX_QUOTED])}... ({len(text) - MAX_QUOTED:,} more characters)"
+
+
+_NUMBERS = (int, float, Decimal)
+
+
+def _accepts(annotation, value) -> tuple[bool, typing.Any]:
+    """Whether ``value`` has a type ``annotation`` means (lax where pydantic's lax mode is sound: a string may
+    still spell a number, a date or a duration), and the annotation to look inside it with (None: nothing to
+    look at). A boolean is never a number and only a string is a string."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _accepts(typing.get_args(annotation)[0], value)
+    if origin in (typing.Union, types.UnionType):
+        for member in typing.get_args(annotation):
+            ok, inner = _accepts(member, value)
+            if ok:
+                return True, inner
+        return False, None
+    if annotation is type(None):
+        return value is None, None
+    if annotation is typing.Any or origin is typing.Literal or isinstance(annotation, typing.TypeVar):
+        return True, None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return isinstance(value, dict), annotation
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict), annotation
+    if origin is list or annotation is list:
+        return isinstance(value, list), annotation
+    if annotation is bool:
+        return isinstance(value, bool), None
+    if annotation in (str, SecretStr, Path):
+        return isinstance(value, str | SecretStr | Path), None
+    if annotation in _NUMBERS:
+        return isinstance(value, str | int | float | Decimal) and not isinstance(value, bool), None
+    if annotation in (dt.date, dt.datetime):
+        return isinstance(value, str | int | float | dt.date) and not isinstance(value, bool), None
+    return True, None
+
+
+def _kind(annotation) -> str:
+    """What a setting takes, in words (for an error)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _kind(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        kinds = [_kind(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(dict.fromkeys(kinds))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) or origin is dict or annotation is dict:
+        return "a table"
+    if origin is list or annotation is list:
+        return "a list"
+    if annotation is bool:
+        return "true or false"
+    if annotation in (str, SecretStr, Path):
+        return "a string"
+    if annotation in _NUMBERS:
+        return "a number"
+    return "a date" if annotation in (dt.date, dt.datetime) else "a value of another type"
+
+
+def _what(value) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return quoted(value)
+
+
+def mistyped(model: type[BaseModel], data, path: str = "") -> str | None:
+    """Why ``data`` (a section of settings as a file or flags give it) holds a value of the wrong type for
+    ``model``, naming the setting, or None. pydantic's lax mode takes ``true`` for the number 1 and a table
+    given where the environment also sets the section is merged away before it is validated: both are
+    refused here, before anything is merged."""
+    if not isinstance(data, dict):
+        return f"{path or 'settings'}: {_what(data)} is not a table"
+    for name, field in model.model_fields.items():
+        key = field.alias if field.alias and field.alias in data else name
+        if key not in data:
+            continue
+        where = f"{path}.{key}" if path else key
+        wrong = _mistyped_value(field.annotation, data[key], where)
+        if wrong is not None:
+            return wrong
+    return None
+
+
+def _mistyped_value(annotation, value, where: str) -> str | None:
+    ok, inner = _accepts(annotation, value)
+    if not ok:
+        return f"{where}: {_what(value)} is not {_kind(annotation)}"
+    if inner is None:
+        return None
+    if isinstance(inner, type) and issubclass(inner, BaseModel):
+        return mistyped(inner, value, where)
+    args = typing.get_args(inner)
+    if isinstance(value, dict) and len(args) == 2:
+        for k, v in value.items():
+            wrong = _mistyped_value(args[1], v, f"{where}.{k}")
+            if wrong is not None:
+                return wrong
+    if isinstance(value, list) and len(args) == 1:
+        for i, v in enumerate(value):
+            wrong = _mistyped_value(args[0], v, f"{where}[{i}]")
+            if wrong is not None:
+                return wrong
+    return None
+
+
 def _describe(err: ValidationError, config_file: str | None) -> str:
     e = err.errors(include_url=False)[0]
     path = ".".join(str(p) for p in e["loc"] if p != "__root__")
@@ -243,8 +368,13 @@ def _describe(err: ValidationError, config_file: str | None) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     value = e.get("input")
     if isinstance(value, str | int | float | Decimal) and not isinstance(value, bool) and e["type"] != "value_error":
-        msg = f"{written(value)}: {msg[:1].lower()}{msg[1:]}"     # the value as the user wrote it, then what is wrong
-    return f"setting {path}{where}: {msg}"
+        msg = f"{quoted(value)}: {msg[:1].lower()}{msg[1:]}"     # the value as the user wrote it, then what is wrong
+    return f"setting {path}{where}: {_cut(msg)}"
+
+
+def _cut(msg: str) -> str:
+    """A message that quotes a long value (pydantic's own, a parser's) cut to a line a person reads."""
+    return msg if len(msg) <= 2 * MAX_QUOTED else f"{msg[:2 * MAX_QUOTED]}... ({len(msg) - 2 * MAX_QUOTED:,} more)"
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
@@ -257,6 +387,11 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
             from_file = read_toml(config_file)
         except FileError as err:
             raise SettingsError(f"setting --config: {err}") from None
+
+    for source, data in (("--config " + str(config_file), from_file), ("flag", overrides)):
+        wrong = mistyped(Settings, data)
+        if wrong is not None:
+            raise SettingsError(f"setting {wrong} ({source})")
 
     class Configured(Settings):
         @classmethod
@@ -271,5 +406,5 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         return Configured(**overrides)
     except ValidationError as err:
         raise SettingsError(_describe(err, config_file)) from None
-    except ValueError as err:   # e.g. a TOML syntax error
-        raise SettingsError(f"setting --config {config_file}: {err}") from None
+    except ValueError as err:   # a variable that is not the JSON its setting takes (pydantic-settings says which)
+        raise SettingsError(_cut(f"setting from the environment ({ENV_PREFIX}*): {err}")) from None

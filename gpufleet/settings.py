@@ -60,6 +60,10 @@ class KafkaSettings(BaseModel):
     topic_prefix: str = Field("gpufleet", pattern=r"^[A-Za-z0-9._-]{1,100}$",
                               description="prefix of the other topics: <prefix>.alerts, <prefix>.billing, ...")
     partitions: int = Field(4, ge=1, le=10_000, description="partitions of the topics gpufleet creates")
+    control_key: SecretStr | None = Field(
+        None, description="shared secret that signs the end-of-stream marker (gpufleet publish --end); the workers act "
+                          "on a marker signed with their own key only and dead-letter any other (none: they act on "
+                          "none)")
 
     @field_validator("bootstrap")
     @classmethod
@@ -327,15 +331,29 @@ def mistyped(model: type[BaseModel], data, path: str = "") -> str | None:
     refused here, before anything is merged."""
     if not isinstance(data, dict):
         return f"{path or 'settings'}: {_what(data)} is not a table"
+    converted = _converted(model)
     for name, field in model.model_fields.items():
         key = field.alias if field.alias and field.alias in data else name
-        if key not in data:
+        if key not in data or name in converted:
             continue
         where = f"{path}.{key}" if path else key
         wrong = _mistyped_value(field.annotation, data[key], where)
         if wrong is not None:
             return wrong
     return None
+
+
+def _converted(model: type[BaseModel]) -> set[str]:
+    """The fields of ``model`` whose own validator reads the input first (a date or a number as the user wrote it):
+    that validator judges their type."""
+    names = set()
+    for decorator in model.__pydantic_decorators__.field_validators.values():
+        if decorator.info.mode in ("before", "plain", "wrap"):
+            names |= set(model.model_fields) if "*" in decorator.info.fields else set(decorator.info.fields)
+    for name, field in model.model_fields.items():
+        if any(type(m).__name__ in ("BeforeValidator", "PlainValidator", "WrapValidator") for m in field.metadata):
+            names.add(name)
+    return names
 
 
 def _mistyped_value(annotation, value, where: str) -> str | None:

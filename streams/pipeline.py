@@ -14,7 +14,7 @@ from collections.abc import Callable
 from gpufleet.contracts.jobsample import invalid_job_sample
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
-from gpufleet.contracts.telemetry import Telemetry, TelemetryError, check_clock, control_kind
+from gpufleet.contracts.telemetry import CONTROL_KINDS, Telemetry, TelemetryError, check_clock, control_kind
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import Detection, Recorder, hold_downs
 
@@ -54,17 +54,27 @@ class Pipeline:
         self._silence_checked = float("-inf")
         self.out = Output()
 
-    def submit(self, payload: str | bytes | dict, source: str, ref=None,
+    def submit(self, payload: str | bytes | dict | None, source: str, ref=None,
                position: tuple[int, int] | None = None) -> Telemetry | None:
-        """Validate and process one message; returns it, or None if it was dead-lettered.
+        """Validate and process one message; returns it, or None if it was dead-lettered (or was a control
+        message, which the driver acts on: the end of a stream ends replay's input anyway).
 
-        ``position`` is where it was read (partition, offset), when the input is a log.
+        ``position`` is where it was read (partition, offset), when the input is a log. A record without a value
+        (a Kafka tombstone) and a control message of a kind this gpufleet does not know are dead-lettered.
         """
         out = self.out
         out.counts["messages"] += 1
-        if control_kind(payload) is not None:         # e.g. end of stream: a worker's business, not replay's
-            out.counts["control"] += 1
-            out.done.append(ref)
+        if payload is None:
+            self.refuse("invalid", "(message): no value (a tombstone: telemetry is never deleted)", source, "", ref)
+            return None
+        kind = control_kind(payload)
+        if kind is not None:
+            if kind in CONTROL_KINDS:
+                out.counts["control"] += 1
+                out.done.append(ref)
+            else:
+                self.refuse("invalid", f"kind: {kind[:40]!r} is not a control message this gpufleet knows "
+                                       f"({', '.join(CONTROL_KINDS)})", source, payload, ref)
             return None
         try:
             msg = decode(payload, share_names=False)     # it waits packed: its names are shared when it is released
@@ -88,6 +98,17 @@ class Pipeline:
             out.internal_error(err, source, self.clock(), payload)
             out.done.append(ref)
             return None
+
+    def refuse(self, reason_code: str, reason: str, source: str, payload, ref=None) -> None:
+        """Dead-letter one input, which is then done."""
+        self.out.dead_letter(reason_code, reason, source, self.clock(), payload)
+        self.out.done.append(ref)
+
+    def unreadable_state(self, table: str, name: str, raw: bytes, reason: str) -> None:
+        """A changelog value that is no state any gpufleet saved (written there by something else): dead-lettered,
+        and the key starts afresh (its next save replaces the value)."""
+        self.out.dead_letter("invalid", f"saved state: {reason}", f"{table} changelog/key {name[:200]}", self.clock(),
+                             raw)
 
     def node(self, name: str) -> NodeProcessor:
         node = self.nodes.get(name)

@@ -84,9 +84,11 @@ def make_app(settings, store, model=None) -> faust.App:
         app.tables.add(table)
 
     # the stages: one pipeline, state restored from the tables on first use
+    def junk(table: str):         # a changelog value no gpufleet saved: dead-lettered, the key starts afresh
+        return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
     pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
-                        load_node=saved(tables[NODES], NodeProcessor.from_state),
-                        load_job=saved(tables[JOBS], JobProcessor.from_state))
+                        load_node=saved(tables[NODES], NodeProcessor.from_state, junk(NODES)),
+                        load_job=saved(tables[JOBS], JobProcessor.from_state, junk(JOBS)))
     metrics = WorkerMetrics()
     outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n,
                      other={BILLING_SCHEMA: names["billing"]})
@@ -99,8 +101,10 @@ def make_app(settings, store, model=None) -> faust.App:
     def assigned() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == names["telemetry"]}
 
+    key = settings.kafka.control_key
     nodes = NodeStage(pipeline, tables[CLOCKS], assigned=assigned,
-                      lag=lambda partition: lags.get((names["telemetry"], partition)))
+                      lag=lambda partition: lags.get((names["telemetry"], partition)),
+                      control_key=key.get_secret_value().encode() if key is not None else None)
     jobs = JobStage(pipeline, tables[JOBS], tables[CLOCKS], n)
     node_stage = Stage("node", nodes, sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs,
                        rebalances, metrics, w.session_timeout_s, reread=app.consumer.seek)

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from test_parity import same_rows
-from test_workers import TABLES, Workers, gpufleet, wait_until
+from test_workers import CONTROL_KEY, TABLES, Workers, gpufleet, wait_until
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.contracts.telemetry import end_of_stream
@@ -69,7 +69,7 @@ def test_a_worker_stores_every_good_message_and_dead_letters_the_poison(kafka_bo
         produce(kafka_bootstrap, telemetry, keyed)              # raw: `gpufleet publish` would refuse the poison
         junk = [b'{"a":' * 50_000 + b"}" * 50_000, b"\x00\x01", b'[{"job": 7}]', b'[{"watermarks": {"x": 1}}]']
         produce(kafka_bootstrap, f"{telemetry}.by-job", [("j", v) for v in junk])
-        produce_to_every_partition(kafka_bootstrap, telemetry, end_of_stream(time.time()))
+        produce_to_every_partition(kafka_bootstrap, telemetry, end_of_stream(time.time(), key=CONTROL_KEY.encode()))
         workers.processed()
         store = Store.connect(clickhouse_url, workers.database)
         try:

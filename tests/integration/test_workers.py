@@ -46,6 +46,9 @@ TABLES = {
 }
 
 
+CONTROL_KEY = "test-control-key"      # kafka.control_key: publish --end signs the marker, the workers check it
+
+
 def gpufleet(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -87,7 +90,7 @@ class Workers:
         self.bootstrap, self.clickhouse_url, self.tmp = bootstrap, clickhouse_url, tmp_path
         self.database, self.prefix, self.app_id = f"w_{uid}", f"t{uid}", f"w{uid}"
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")},
-                    "GPUFLEET_KAFKA__BOOTSTRAP": bootstrap,
+                    "GPUFLEET_KAFKA__BOOTSTRAP": bootstrap, "GPUFLEET_KAFKA__CONTROL_KEY": CONTROL_KEY,
                     "GPUFLEET_KAFKA__TELEMETRY_TOPIC": f"{self.prefix}.telemetry",
                     "GPUFLEET_KAFKA__TOPIC_PREFIX": self.prefix, "GPUFLEET_KAFKA__PARTITIONS": "4",
                     "GPUFLEET_WORKER__APP_ID": self.app_id, "GPUFLEET_WORKER__SESSION_TIMEOUT_S": "6",

@@ -163,6 +163,22 @@ def own_clickhouse(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture
+def cpu_burner():
+    """The machine kept busy while the test runs (one spinning process per core, at normal priority), so that a
+    result that depends on timing (a consumer reading one partition far ahead of another, a batch cut at another
+    place, a wall-clock bound) shows as a failure rather than a flake. Yields how many processes spin."""
+    n = os.cpu_count() or 2
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield n
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _dev_null_stays_a_device():
     """A test run as root that writes a report to /dev/null by replacing it would leave a regular file there

@@ -270,7 +270,7 @@ def control_problem(payload: str | bytes | dict | None, key: bytes | None) -> st
     if key is None:
         return ("sig: a control message is acted on only when signed with kafka.control_key, and this worker "
                 "has none")
-    doc = payload if isinstance(payload, dict) else json.loads(payload)
+    doc = payload if isinstance(payload, dict) else json.loads(payload or b"")
     sig = doc.get("sig")
     if not isinstance(sig, str) or not hmac.compare_digest(sig, control_signature(key, doc)):
         return "sig: not signed with this worker's kafka.control_key (sent by a producer that does not hold it)"

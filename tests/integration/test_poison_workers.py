@@ -3,6 +3,7 @@ topic, among good messages. A Faust worker must store every good message exactly
 dead-letter each bad one with its reason and offset, and never crash its agents (the message would come again
 and again, and every node of its partition would go unmonitored)."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ import uuid
 
 import pytest
 from test_parity import same_rows
-from test_workers import CONTROL_KEY, TABLES, Workers, gpufleet, wait_until
+from test_workers import CONTROL_KEY, FAR, TABLES, Workers, gpufleet, wait_until
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.contracts.telemetry import end_of_stream
@@ -44,7 +45,8 @@ def mixed(tmp_path_factory):
     path = tmp / "mixed.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     dsn = f"chdb://{tmp / 'replay'}"
-    out = gpufleet("replay", str(path), "--dsn", dsn, "--dead-letters", str(tmp / "dead.jsonl"))
+    out = gpufleet("replay", str(path), "--dsn", dsn, "--dead-letters", str(tmp / "dead.jsonl"),
+                   env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}, **FAR})
     assert out.returncode == 0, out.stderr
     reader = subprocess.run([sys.executable, "-c", "import json, sys\nfrom gpufleet.sql.store import Store\n"
                              f"s = Store.connect({dsn!r}, 'gpufleet')\n"

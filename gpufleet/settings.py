@@ -113,6 +113,14 @@ class WorkerSettings(BaseModel):
     session_timeout_s: float = Field(10.0, ge=1, le=300,
                                      description="a worker silent this long is presumed dead and its partitions move")
     commit_interval_s: float = Field(1.0, gt=0, le=60, description="how often acknowledged offsets are committed")
+    stuck_after_s: float = Field(
+        900.0, gt=0, le=86400,
+        description="a partition whose committed offset has not moved for this long while records wait past it is "
+                    "stuck: /health answers 503 naming it (keep it above stream.silent_after_s: the last messages of "
+                    "a node that stopped wait that long for the watermark)")
+    max_restarts_per_minute: int = Field(3, ge=0, le=1000,
+                                         description="an agent restarted more often than this in a minute makes "
+                                                     "/health answer 503 naming it")
 
 
 class NotifySettings(BaseModel):

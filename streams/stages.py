@@ -81,7 +81,7 @@ class NodeStage:
         return c
 
     def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
-        pipeline, touched = self.pipeline, {}
+        pipeline, touched = self.pipeline, dict[StateKey, int]()
         pipeline.out = out
         now = self.now()
         for ev in inputs:
@@ -188,7 +188,7 @@ class JobStage:
         return c
 
     def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
-        pipeline, touched = self.pipeline, {}
+        pipeline, touched = self.pipeline, dict[StateKey, int]()
         pipeline.out = out
         advanced: set[int] = set()
         for ev in inputs:

@@ -47,6 +47,9 @@ TABLES = {
 
 
 CONTROL_KEY = "test-control-key"      # kafka.control_key: publish --end signs the marker, the workers check it
+# The live mode's wall-clock bounds (a node silent that long is silenced, or no longer holds the jobs back) are the
+# only results that may depend on timing: far away from any test's duration, for the workers and replay alike.
+FAR = {"GPUFLEET_STREAM__SILENT_AFTER_S": "86400", "GPUFLEET_STREAM__NODE_IDLE_S": "86400"}
 
 
 def gpufleet(*args, env=None, timeout=600):
@@ -63,7 +66,7 @@ def recording(tmp_path_factory):
                                training_share=0.7))
     path = tmp / "telemetry.jsonl"
     path.write_text("".join(json.dumps(m) + "\n" for m in sim.messages()))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}, **FAR}
     dsn = f"chdb://{tmp / 'replay'}"
     out = gpufleet("replay", str(path), "--events", str(tmp / "events.jsonl"), "--dsn", dsn, env=env)
     assert out.returncode == 0, out.stderr
@@ -95,7 +98,7 @@ class Workers:
                     "GPUFLEET_KAFKA__TOPIC_PREFIX": self.prefix, "GPUFLEET_KAFKA__PARTITIONS": "4",
                     "GPUFLEET_WORKER__APP_ID": self.app_id, "GPUFLEET_WORKER__SESSION_TIMEOUT_S": "6",
                     "GPUFLEET_WORKER__BATCH_WITHIN_S": "0.5", "GPUFLEET_STORE__DSN": clickhouse_url,
-                    "GPUFLEET_STORE__DATABASE": self.database, "GPUFLEET_STORE__BATCH_SECONDS": "1"}
+                    "GPUFLEET_STORE__DATABASE": self.database, "GPUFLEET_STORE__BATCH_SECONDS": "1", **FAR}
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
 
@@ -216,7 +219,7 @@ def workers(kafka_bootstrap, clickhouse_url, tmp_path):
     w.stop_all()
 
 
-def test_a_backlog_published_at_once_gives_what_replay_gives(workers, recording):
+def test_a_backlog_published_at_once_gives_what_replay_gives(workers, recording, cpu_burner):
     two_workers(workers)
     sender = workers.publish(recording[0])
     sender.join()
@@ -253,6 +256,7 @@ def test_a_worker_killed_mid_stream_and_restarted_changes_nothing(workers, recor
 
 def test_clickhouse_down_for_30_s_changes_nothing(kafka_bootstrap, own_clickhouse, tmp_path, recording):
     workers = Workers(kafka_bootstrap, own_clickhouse.address, tmp_path)
+    workers.env["GPUFLEET_WORKER__STUCK_AFTER_S"] = "5"
     try:
         two_workers(workers)
         sender = workers.publish(recording[0])
@@ -260,16 +264,28 @@ def test_clickhouse_down_for_30_s_changes_nothing(kafka_bootstrap, own_clickhous
         own_clickhouse.stop()
         wait_until(lambda: any((workers.health(n) or {}).get("status") == "store unavailable" for n in "ab"), 30,
                    "/health to say so")
-        time.sleep(10)
+        # the partitions whose records wait are named stuck, and their lag is the broker's end less the committed
+        # offset (the consumers have read them to the end meanwhile: their own position would say 0)
+        wait_until(lambda: any((workers.health(n) or {}).get("stuck") for n in "ab"), 30, "/health to name them")
+        health = [workers.health(n) or {} for n in "ab"]
+        stuck = {p for h in health for p in h.get("stuck", {})}
+        assert stuck and all(p.startswith(f"{workers.prefix}.telemetry") for p in stuck), health
+        assert any(f"{p} stuck" in problem for h in health for problem in h["problems"] for p in stuck), health
+        time.sleep(5)
         # the failures are counted while the outage lasts, not only once it ends
         text = workers.metrics("a") + workers.metrics("b")
         failures = [float(line.split()[-1]) for line in text.splitlines()
                     if line.startswith("gpufleet_worker_store_failures ")]
         assert max(failures) > 0, text
+        lags = [float(line.split()[-1]) for line in text.splitlines()
+                if line.startswith("gpufleet_worker_consumer_lag{") and ".telemetry\"" in line]
+        assert max(lags) > 0, text
+        assert 'gpufleet_worker_partition_stuck{partition=' in text
         time.sleep(20)
         own_clickhouse.start()
         sender.join()
         assert_same_as_replay(workers, recording)
+        assert all((workers.health(n) or {}).get("status") == "ok" for n in "ab")
     finally:
         workers.stop_all()
 

@@ -247,7 +247,7 @@ class JobStage:
         """Every source partition ended: every job of this partition is flushed, as replay does at the end."""
         pipeline = self.pipeline
         names = {n for n in pipeline.jobs if job_partition(n, self.partitions) == partition}
-        names |= {k.decode() for k in self.job_table if job_partition(k.decode(), self.partitions) == partition}
+        names |= {k for k in _names(self.job_table) if job_partition(k, self.partitions) == partition}
         self.release(partition, INF, touched)
         for name in sorted(names):
             job = pipeline.job(name)
@@ -270,6 +270,18 @@ class JobStage:
         self.pipeline.waiting.clear()
         self.pipeline.forgotten.clear()
         self.clocks.clear()
+
+
+def _names(table: Mapping) -> list[str]:
+    """The keys of a state table as names; a key no worker wrote (none, or not UTF-8: the changelog is a topic
+    anyone may write to) names nothing."""
+    names = []
+    for key in table:
+        try:
+            names.append(key.decode())
+        except (AttributeError, UnicodeDecodeError):
+            continue
+    return names
 
 
 def _items(value: bytes | None) -> tuple[list, str | None]:

@@ -154,6 +154,45 @@ def own_kafka(tmp_path_factory):
     broker.stop()
 
 
+class KafkaCluster:
+    """A cluster of three brokers of one test module's own (deploy/local/kafka.py --brokers 3), with replication
+    as docs/operations.md advises; a member can be killed and started again, its data kept."""
+
+    def __init__(self, state: Path):
+        self.state, self.bootstrap = state, None
+
+    def _run(self, *args):
+        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / "kafka.py"), *args, "--dir",
+                              str(self.state)], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            raise RuntimeError(f"kafka.py {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
+        return out.stdout
+
+    def start(self):
+        self.bootstrap = self._run("start", "--brokers", "3").strip().split("KAFKA_BOOTSTRAP=", 1)[1]
+
+    def kill(self, node: int):
+        self._run("stop", "--node", str(node))
+
+    def restart(self, node: int):
+        self._run("start", "--node", str(node))
+
+    def stop(self):
+        self._run("stop")
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory):
+    """Three brokers of the test module's own; needs Java (the local broker script)."""
+    import shutil
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("a broker cluster needs Java (deploy/local/kafka.py)")
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture(scope="module")
 def own_clickhouse(tmp_path_factory):
     """A dedicated ClickHouse server (the chdb one) that a test may stop and start."""

@@ -303,3 +303,29 @@ def test_a_broker_restart_changes_nothing(own_kafka, clickhouse_url, tmp_path, r
         assert_same_as_replay(workers, recording)
     finally:
         workers.stop_all()
+
+
+def test_a_broker_of_three_killed_mid_stream_and_restarted_changes_nothing(kafka_cluster, clickhouse_url, tmp_path,
+                                                                          recording):
+    """Replication as docs/operations.md advises (three copies, two in sync): one broker dies while the backlog is
+    published and processed, and comes back; nothing is lost and nothing billed twice."""
+    from confluent_kafka.admin import AdminClient
+    workers = Workers(kafka_cluster.bootstrap, clickhouse_url, tmp_path)
+    try:
+        two_workers(workers)
+        meta = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap}).list_topics(timeout=30).topics
+        made = [t for t in meta if t.startswith((workers.prefix, workers.app_id))]
+        assert len(made) >= 8 and all(len(p.replicas) == 3 for t in made for p in meta[t].partitions.values())
+        sender = workers.publish(recording[0])
+        time.sleep(3)
+        from gpufleet.streams.kafka import group_progress
+        behind = group_progress(kafka_cluster.bootstrap, workers.app_id, [f"{workers.prefix}.telemetry"])
+        kafka_cluster.kill(2)
+        assert sum(end - (done or 0) for _, _, done, end in behind) > 0, "the kill must land mid-stream"
+        time.sleep(15)
+        kafka_cluster.restart(2)
+        sender.join()
+        assert sender.result["out"].returncode == 0, sender.result["out"].stderr
+        assert_same_as_replay(workers, recording)
+    finally:
+        workers.stop_all()

@@ -44,6 +44,11 @@ class StoreSettings(BaseModel):
     batch_seconds: float = Field(2.0, ge=0, le=3600, description="longest a row waits before a write")
     raw_retention_days: int = Field(14, ge=1, le=3650,
                                     description="days raw samples are kept, counted from when they were stored")
+    cluster: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$",
+                                description="the sharded ClickHouse cluster the server at store.dsn belongs to (its "
+                                            "remote_servers name, with deploy/clickhouse-cluster's schema applied): "
+                                            "the writers send rows through each table's Distributed twin, <table>_all "
+                                            "(none: a single server, or one shard with replicas)")
 
     @field_validator("dsn")
     @classmethod

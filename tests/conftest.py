@@ -193,6 +193,58 @@ def kafka_cluster(tmp_path_factory):
     cluster.stop()
 
 
+class ClickHouseShards:
+    """Two ClickHouse servers of one test module's own, the shards of the cluster `gpufleet` (deploy/local/
+    clickhouse.py --shards 2), each with the cluster's schema in its plain form (render.py --plain) applied to
+    the databases asked for; a shard can be killed and started again, its data kept."""
+
+    def __init__(self, state: Path):
+        self.state, self.urls = state, []
+
+    def _run(self, *args):
+        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / "clickhouse.py"), *args, "--dir",
+                              str(self.state)], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            raise RuntimeError(f"clickhouse.py {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
+        return out.stdout
+
+    def start(self):
+        self.urls = self._run("start", "--shards", "2").split("CLICKHOUSE_SHARDS=", 1)[1].strip().split(",")
+
+    def migrate(self, database: str) -> None:
+        import importlib.util
+
+        from gpufleet.sql.store import Store
+        spec = importlib.util.spec_from_file_location("render", ROOT / "deploy" / "clickhouse-cluster" / "render.py")
+        render = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(render)
+        for url in self.urls:
+            store = Store.connect(url, database, create=True)
+            try:
+                for _, text in sorted(render.rendered(replicated=False).items()):
+                    for statement in render.statements(text):
+                        store.command(statement)
+            finally:
+                store.close()
+
+    def kill(self, shard: int):
+        self._run("stop", "--node", str(shard))
+
+    def restart(self, shard: int):
+        self._run("start", "--node", str(shard))
+
+    def stop(self):
+        self._run("stop")
+
+
+@pytest.fixture(scope="module")
+def clickhouse_shards(tmp_path_factory):
+    shards = ClickHouseShards(tmp_path_factory.mktemp("clickhouse-shards"))
+    shards.start()
+    yield shards
+    shards.stop()
+
+
 @pytest.fixture(scope="module")
 def own_clickhouse(tmp_path_factory):
     """A dedicated ClickHouse server (the chdb one) that a test may stop and start."""

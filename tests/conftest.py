@@ -116,6 +116,15 @@ def topic(kafka_bootstrap):
         delete_topics(kafka_bootstrap, made)
 
 
+def local_script(script: str, state: Path, *args: str) -> str:
+    """Run deploy/local/<script>.py with ``args`` on the state folder ``state``; its standard output."""
+    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{script}.py"), *args, "--dir",
+                          str(state)], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"{script}.py {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
+    return out.stdout
+
+
 class LocalService:
     """A Kafka broker or ClickHouse server of one test module's own, to stop and start (same port, data kept)."""
 
@@ -123,11 +132,7 @@ class LocalService:
         self.script, self.prefix, self.state, self.address = script, prefix, state, None
 
     def _run(self, *args):
-        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{self.script}.py"), *args, "--dir",
-                              str(self.state)], capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            raise RuntimeError(f"{self.script}.py {args[0]} failed: {out.stderr.strip()[-500:]}")
-        return out.stdout
+        return local_script(self.script, self.state, *args)
 
     def start(self):
         port = self.address.rsplit(":", 1)[1] if self.address else "0"
@@ -162,11 +167,7 @@ class KafkaCluster:
         self.state, self.bootstrap = state, None
 
     def _run(self, *args):
-        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / "kafka.py"), *args, "--dir",
-                              str(self.state)], capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            raise RuntimeError(f"kafka.py {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
-        return out.stdout
+        return local_script("kafka", self.state, *args)
 
     def start(self):
         self.bootstrap = self._run("start", "--brokers", "3").strip().split("KAFKA_BOOTSTRAP=", 1)[1]
@@ -202,11 +203,7 @@ class ClickHouseShards:
         self.state, self.urls = state, []
 
     def _run(self, *args):
-        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / "clickhouse.py"), *args, "--dir",
-                              str(self.state)], capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            raise RuntimeError(f"clickhouse.py {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
-        return out.stdout
+        return local_script("clickhouse", self.state, *args)
 
     def start(self):
         self.urls = self._run("start", "--shards", "2").split("CLICKHOUSE_SHARDS=", 1)[1].strip().split(",")

@@ -40,7 +40,20 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from svcutil import alive, die, free_port, log, port_is_free, running_pid, spawn, status, stop_pid  # noqa: E402
+from svcutil import (  # noqa: E402
+    alive,
+    die,
+    free_port,
+    log,
+    port_is_free,
+    read_ports,
+    running_pid,
+    spawn,
+    status,
+    stop_pid,
+    wait_all,
+    write_ports,
+)
 
 READY_TIMEOUT = 60.0
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore http_proxy for 127.0.0.1
@@ -149,11 +162,7 @@ def shard_config(shard: int, ports: dict[int, tuple[int, int]]) -> str:
 
 
 def shard_ports(base: Path) -> dict[int, tuple[int, int]]:
-    ports = {}
-    for line in (base / SHARDS).read_text().splitlines():
-        shard, http, tcp = map(int, line.split())
-        ports[shard] = (http, tcp)
-    return ports
+    return read_ports(base / SHARDS)
 
 
 def start_shard(base: Path, shard: int, ports: dict[int, tuple[int, int]], fresh: bool):
@@ -168,14 +177,7 @@ def start_shard(base: Path, shard: int, ports: dict[int, tuple[int, int]], fresh
 
 
 def wait_shards(procs: dict, ports: dict[int, tuple[int, int]]) -> None:
-    t0 = time.monotonic()
-    for shard, proc in procs.items():
-        while not pinged(f"http://127.0.0.1:{ports[shard][0]}"):
-            if proc.poll() is not None:
-                die(f"ClickHouse shard {shard} exited with code {proc.returncode} while starting")
-            if time.monotonic() - t0 > READY_TIMEOUT:
-                die(f"ClickHouse shard {shard} not ready after {READY_TIMEOUT:.0f} s")
-            time.sleep(0.1)
+    wait_all(procs, lambda shard: pinged(f"http://127.0.0.1:{ports[shard][0]}"), "ClickHouse shard", READY_TIMEOUT)
 
 
 def start_shards(args: argparse.Namespace) -> None:
@@ -186,7 +188,7 @@ def start_shards(args: argparse.Namespace) -> None:
     except ImportError:
         die(f"the `chdb` package is not installed for {sys.executable}")
     ports = {shard: (free_port(), free_port()) for shard in range(1, args.shards + 1)}
-    (base / SHARDS).write_text("".join(f"{i} {h} {t}\n" for i, (h, t) in sorted(ports.items())))
+    write_ports(base / SHARDS, ports)
     t0 = time.monotonic()
     procs = {shard: start_shard(base, shard, ports, fresh=True) for shard in ports}
     wait_shards(procs, ports)

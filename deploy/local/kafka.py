@@ -47,7 +47,20 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from svcutil import alive, die, free_port, log, port_is_free, running_pid, spawn, status, stop_pid  # noqa: E402
+from svcutil import (  # noqa: E402
+    alive,
+    die,
+    free_port,
+    log,
+    port_is_free,
+    read_ports,
+    running_pid,
+    spawn,
+    status,
+    stop_pid,
+    wait_all,
+    write_ports,
+)
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
@@ -151,30 +164,46 @@ def broker_ready(host: str, port: int) -> bool:
 
 # --- start / stop ---------------------------------------------------------------------
 
-def server_properties(data: Path, port: int, cport: int) -> str:
+def server_properties(data: Path, port: int, cport: int, node: int = 1, voters: str | None = None) -> str:
+    """A broker-controller's settings: alone (its own quorum, one copy of everything), or member ``node`` of a
+    cluster whose controllers are ``voters`` (``1@host:port,...``), with replication as docs/operations.md
+    advises: three copies, two in sync for a write to count, no unclean leader election."""
+    if voters is None:
+        quorum = f"controller.quorum.bootstrap.servers=127.0.0.1:{cport}"
+        advertised = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"
+        copies, in_sync, what = 1, 1, "single-node KRaft broker"
+    else:
+        quorum = f"controller.quorum.voters={voters}"
+        advertised = f"PLAINTEXT://127.0.0.1:{port}"
+        copies, in_sync, what = 3, 2, f"member {node} of a KRaft cluster"
+    replication = "" if voters is None else f"""\
+default.replication.factor={copies}
+min.insync.replicas={in_sync}
+unclean.leader.election.enable=false
+"""
     return f"""\
-# single-node KRaft broker for local development and tests (written by kafka.py)
+# {what} for local development and tests (written by kafka.py)
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:{cport}
+node.id={node}
+{quorum}
 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners={advertised}
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs={data}
 num.partitions=1
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+{replication}offsets.topic.replication.factor={copies}
+offsets.topic.num.partitions={1 if voters is None else 4}
+transaction.state.log.replication.factor={copies}
+transaction.state.log.min.isr={in_sync}
+share.coordinator.state.topic.replication.factor={copies}
+share.coordinator.state.topic.min.isr={in_sync}
 group.initial.rebalance.delay.ms=0
 # a restarted broker waits for its previous registration to expire: keep that short
 broker.heartbeat.interval.ms=500
-broker.session.timeout.ms=2500
+broker.session.timeout.ms={2500 if voters is None else 3000}
 """
 
 
@@ -263,48 +292,12 @@ def start(args: argparse.Namespace) -> None:
 CLUSTER_PORTS = "cluster.ports"        # member i: "i client_port controller_port", one line each
 
 
-def cluster_properties(node: int, data: Path, ports: dict[int, tuple[int, int]]) -> str:
-    voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in sorted(ports.items()))
-    port, cport = ports[node]
-    return f"""\
-# member {node} of a {len(ports)}-node KRaft cluster for local tests (written by kafka.py)
-process.roles=broker,controller
-node.id={node}
-controller.quorum.voters={voters}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-controller.listener.names=CONTROLLER
-log.dirs={data}
-num.partitions=1
-auto.create.topics.enable=false
-# replication as docs/operations.md advises: three copies, two in sync for a write to count
-default.replication.factor=3
-min.insync.replicas=2
-unclean.leader.election.enable=false
-offsets.topic.replication.factor=3
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=3
-transaction.state.log.min.isr=2
-share.coordinator.state.topic.replication.factor=3
-share.coordinator.state.topic.min.isr=2
-group.initial.rebalance.delay.ms=0
-broker.heartbeat.interval.ms=500
-broker.session.timeout.ms=3000
-"""
-
-
 def member_marker(base: Path, node: int) -> str:
     return f"kafka.Kafka {base / f'kafka-{node}' / 'server.properties'}"
 
 
 def cluster_ports(base: Path) -> dict[int, tuple[int, int]]:
-    ports = {}
-    for line in (base / CLUSTER_PORTS).read_text().splitlines():
-        node, port, cport = map(int, line.split())
-        ports[node] = (port, cport)
-    return ports
+    return read_ports(base / CLUSTER_PORTS)
 
 
 def start_member(base: Path, jars: Path, node: int, ports: dict[int, tuple[int, int]], cluster_id: str | None):
@@ -312,7 +305,9 @@ def start_member(base: Path, jars: Path, node: int, ports: dict[int, tuple[int, 
     home = base / f"kafka-{node}"
     home.mkdir(parents=True, exist_ok=True)
     props, log_file = home / "server.properties", home / "kafka.log"
-    props.write_text(cluster_properties(node, home / "data", ports))
+    port, cport = ports[node]
+    voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in sorted(ports.items()))
+    props.write_text(server_properties(home / "data", port, cport, node, voters))
     (home / "log4j2.properties").write_text(log4j_properties(log_file))
     if cluster_id is not None:
         fmt = java_cmd(jars, home, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
@@ -326,14 +321,7 @@ def start_member(base: Path, jars: Path, node: int, ports: dict[int, tuple[int, 
 
 
 def wait_ready(procs: dict, ports: dict[int, tuple[int, int]]) -> None:
-    t0 = time.monotonic()
-    for node, proc in procs.items():
-        while not broker_ready("127.0.0.1", ports[node][0]):
-            if proc.poll() is not None:
-                die(f"Kafka member {node} exited with code {proc.returncode} while starting")
-            if time.monotonic() - t0 > READY_TIMEOUT:
-                die(f"Kafka member {node} not ready after {READY_TIMEOUT:.0f} s")
-            time.sleep(0.25)
+    wait_all(procs, lambda node: broker_ready("127.0.0.1", ports[node][0]), "Kafka member", READY_TIMEOUT)
 
 
 def start_cluster(args: argparse.Namespace) -> None:
@@ -349,7 +337,7 @@ def start_cluster(args: argparse.Namespace) -> None:
         shutil.rmtree(base / f"kafka-{node}", ignore_errors=True)
     base.mkdir(parents=True, exist_ok=True)
     ports = {node: (free_port(), free_port()) for node in range(1, args.brokers + 1)}
-    (base / CLUSTER_PORTS).write_text("".join(f"{n} {p} {c}\n" for n, (p, c) in sorted(ports.items())))
+    write_ports(base / CLUSTER_PORTS, ports)
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     t0 = time.monotonic()
     procs = {node: start_member(base, jars, node, ports, cluster_id) for node in ports}

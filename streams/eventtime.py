@@ -18,8 +18,10 @@ about ``ts + (s - seq) x interval``. A message far ahead of that (more than
 sequence already passed is a copy, and a duplicate (so is one held ahead whose seq a
 trusted message then brings). Messages ahead of the sequence that agree with each
 other for ``stream.clock_step_s`` of their own time are the node's new clock: the
-watermark follows them from then on. A message without a sequence, or from a
-collector that started since (a new ``collector_id``), is trusted as it is.
+watermark follows them from then on (a host frozen for a while looks the same, and
+is followed the same way). A message without a sequence, or from a collector that
+started since (a new ``collector_id``), is trusted as it is; a ``dropped`` count
+counts as seqs passed.
 
 Each admitted message may carry a reference (the Kafka event it came in); the
 references come back out with the message when it is released, so a driver
@@ -190,6 +192,8 @@ class Anchor:
         if msg.seq is None or msg.collector_id != self.collector:
             return None
         seqs = msg.seq - self.seq
+        if seqs > 0:
+            seqs += msg.dropped or 0            # messages its spool dropped since the one before it took no seq
         by = msg.ts - (self.ts + seqs * self.interval)
         return by if by > step_tolerance(lateness_s, self.interval, seqs) else None
 
@@ -314,22 +318,22 @@ class Gate:
         return self._release(float("inf"), float("inf"))
 
     def unconfirmed(self, lateness_s: float) -> list[tuple[Telemetry, list, float]]:
-        """The messages held ahead of their sequence that no trusted message has caught up with, each with how far
-        ahead (s), taken out of the waiting ones: at the end of input (or of a node found silent) nothing confirms
-        them any more (a copy whose original never came, a clock that stepped in the last ``clock_step_s``)."""
+        """The messages held ahead of their sequence that the sequence went on without (a later seq came on the
+        old clock) and that the watermark never reached, each with how far ahead (s), taken out of the waiting
+        ones: at the end of input (or of a node found silent) nothing will ever place them (a message stamped by
+        a clock that jumped for an instant). Those the sequence ends with are the node's last messages on a clock
+        that stepped (or a host that was frozen for a while): they stay, and are released with the rest."""
         anchor, held = self.anchor, self.ahead.held
         out: list[tuple[Telemetry, list, float]] = []
         if anchor is None:
             return out
         for seq, ts in sorted(held.items()):
             waiting = self.pending.get(ts)
-            if waiting is None:
+            if waiting is None or seq >= anchor.seq:
                 continue
             msg = waiting.message()
-            by = anchor.ahead(msg, lateness_s) if seq > anchor.seq else ts - anchor.ts
-            if by is not None and by > step_tolerance(lateness_s, anchor.interval, seq - anchor.seq):
-                del self.pending[ts]
-                out.append((msg, waiting.refs, by))
+            del self.pending[ts]
+            out.append((msg, waiting.refs, ts - anchor.ts))
         held.clear()
         self.ahead.run = None
         return out

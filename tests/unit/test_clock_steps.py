@@ -78,17 +78,34 @@ def test_without_a_sequence_or_after_a_restart_a_message_is_trusted_as_it_is():
     assert gate.max_ts == 5000.0
 
 
-def test_a_copy_that_nothing_confirms_is_handed_back_at_the_end_and_the_anchor_survives_a_restore():
+def test_at_the_end_a_glitch_the_sequence_passed_is_handed_back_and_a_last_step_is_kept():
     gate = Gate()
     for seq in range(10):
         push(gate, tick(seq))
-    push(gate, tick(40, ts=50_000.0))                                  # its original never comes
+    push(gate, tick(10, ts=50_000.0))                                  # an instant's glitch: the sequence goes on
+    for seq in range(11, 15):
+        push(gate, tick(seq))
     restored = Gate.from_state(gate.to_state())
-    assert restored.anchor.to_state() == ["c1", 9, 1090.0, 10.0]
+    assert restored.anchor.to_state() == ["c1", 14, 1140.0, 10.0]
     assert push(restored, tick(4, ts=60_000.0))[0] == DUPLICATE        # still judged by the sequence
     (msg, refs, by), = gate.unconfirmed(LATENESS)
-    assert (msg.ts, refs) == (50_000.0, ["ref-40-50000.0"]) and by > 40_000
-    assert [m.ts for m, _ in gate.drain()][-1] == 1090.0
+    assert (msg.ts, refs) == (50_000.0, ["ref-10-50000.0"]) and by > 40_000
+    assert [m.ts for m, _ in gate.drain()][-1] == 1140.0
+    # a host frozen for 10 minutes, or a clock that stepped, near the end: its last messages are kept
+    gate, released = Gate(), []
+    for seq in range(20):
+        released += [m.seq for m, _ in push(gate, tick(seq, ts=1000.0 + seq * 10 + (600 if seq >= 10 else 0)))[1]]
+    assert gate.max_ts == 1090.0 and gate.unconfirmed(LATENESS) == []
+    assert released + [m.seq for m, _ in gate.drain()] == list(range(20))
+
+
+def test_a_spool_that_dropped_messages_says_how_many_seqs_it_did_not_send():
+    gate = Gate()
+    for seq in range(10):
+        push(gate, tick(seq))
+    resumed = parse(message(1090.0 + 600, seq=10, collector_id="c1", interval_s=10.0, dropped=59))
+    push(gate, resumed)
+    assert gate.max_ts == 1690.0                                       # on time, by its sequence and its drops
 
 
 @pytest.fixture(scope="module")

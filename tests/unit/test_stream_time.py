@@ -18,9 +18,9 @@ P = 4
 
 @pytest.fixture(scope="module")
 def fleet():
-    messages = list(Simulation(FleetSpec(nodes=6, gpus_per_node=2, hours=3, seed=11, faults_per_kind=1)).messages())
+    messages = list(Simulation(FleetSpec(nodes=6, gpus_per_node=1, hours=2, seed=13, faults_per_kind=1)).messages())
     t0 = messages[0]["ts"]
-    gaps = {"node-000": (3600, 700), "node-001": (4000, 605), "node-002": (5000, 580)}   # silent, just, not quite
+    gaps = {"node-000": (3600, 700), "node-001": (3900, 605), "node-002": (4200, 580)}   # silent, just, not quite
 
     def kept(m):
         start, length = gaps.get(m["node"], (0, 0))
@@ -62,11 +62,11 @@ def test_any_arrival_order_gives_the_rows_and_events_of_the_recording_in_order(f
     counts, rows, events = run([(None, i, m) for i, m in enumerate(fleet)])
     assert counts["silent_nodes"] == 2                         # 700 s and 605 s of silence; 580 s is not
     assert any("no_telemetry" in e or "no telemetry" in e for e in events)    # an incident the silence ended
-    for seed in range(3):
+    for seed in range(2):
         got = run(shuffled(fleet, seed))
         assert got[0]["dead_late"] == 0 and got[0]["silent_nodes"] == 2
         assert got[1] == rows and got[2] == events, seed
-    for seed in range(4):
+    for seed in range(3):
         got = run(partitions_far_apart(fleet, seed), partitions=P)
         assert got[0]["dead_late"] == got[0]["job_late"] == 0, (seed, got[0])
         assert got[1] == rows and got[2] == events, seed

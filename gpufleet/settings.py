@@ -7,9 +7,12 @@ raises :class:`SettingsError` with one line naming the setting.
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import socket
+import types
+import typing
 from decimal import Decimal
 from pathlib import Path
 
@@ -41,6 +44,11 @@ class StoreSettings(BaseModel):
     batch_seconds: float = Field(2.0, ge=0, le=3600, description="longest a row waits before a write")
     raw_retention_days: int = Field(14, ge=1, le=3650,
                                     description="days raw samples are kept, counted from when they were stored")
+    cluster: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$",
+                                description="the sharded ClickHouse cluster the server at store.dsn belongs to (its "
+                                            "remote_servers name, with deploy/clickhouse-cluster's schema applied): "
+                                            "the writers send rows through each table's Distributed twin, <table>_all "
+                                            "(none: a single server, or one shard with replicas)")
 
     @field_validator("dsn")
     @classmethod
@@ -57,6 +65,10 @@ class KafkaSettings(BaseModel):
     topic_prefix: str = Field("gpufleet", pattern=r"^[A-Za-z0-9._-]{1,100}$",
                               description="prefix of the other topics: <prefix>.alerts, <prefix>.billing, ...")
     partitions: int = Field(4, ge=1, le=10_000, description="partitions of the topics gpufleet creates")
+    control_key: SecretStr | None = Field(
+        None, description="shared secret that signs the end-of-stream marker (gpufleet publish --end); the workers act "
+                          "on a marker signed with their own key only and dead-letter any other (none: they act on "
+                          "none)")
 
     @field_validator("bootstrap")
     @classmethod
@@ -106,6 +118,14 @@ class WorkerSettings(BaseModel):
     session_timeout_s: float = Field(10.0, ge=1, le=300,
                                      description="a worker silent this long is presumed dead and its partitions move")
     commit_interval_s: float = Field(1.0, gt=0, le=60, description="how often acknowledged offsets are committed")
+    stuck_after_s: float = Field(
+        900.0, gt=0, le=86400,
+        description="a partition whose committed offset has not moved for this long while records wait past it is "
+                    "stuck: /health answers 503 naming it (keep it above stream.silent_after_s: the last messages of "
+                    "a node that stopped wait that long for the watermark)")
+    max_restarts_per_minute: int = Field(3, ge=0, le=1000,
+                                         description="an agent restarted more often than this in a minute makes "
+                                                     "/health answer 503 naming it")
 
 
 class NotifySettings(BaseModel):
@@ -185,7 +205,10 @@ class ScaleSettings(Policy):
 
     @model_validator(mode="after")
     def _pools(self):
-        for name in self.pools:
+        for name, values in self.pools.items():
+            wrong = mistyped(Policy, values, f"pools.{name}")
+            if wrong is not None:
+                raise ValueError(wrong)
             try:
                 self.policy(name)
             except ValidationError as err:
@@ -235,6 +258,139 @@ class SettingsError(ValueError):
     """One line naming the bad setting and what is wrong with it."""
 
 
+MAX_QUOTED = 200        # characters of a bad value an error quotes
+
+
+def quoted(value) -> str:
+    """A bad value as the user wrote it, cut to :data:`MAX_QUOTED` characters (the rest counted)."""
+    text = value if isinstance(value, str) else written(value)
+    if len(text) <= MAX_QUOTED:
+        return written(value)
+    return f"{written(text[:MAX_QUOTED])}... ({len(text) - MAX_QUOTED:,} more characters)"
+
+
+_NUMBERS = (int, float, Decimal)
+
+
+def _accepts(annotation, value) -> tuple[bool, typing.Any]:
+    """Whether ``value`` has a type ``annotation`` means (lax where pydantic's lax mode is sound: a string may
+    still spell a number, a date or a duration), and the annotation to look inside it with (None: nothing to
+    look at). A boolean is never a number and only a string is a string."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _accepts(typing.get_args(annotation)[0], value)
+    if origin in (typing.Union, types.UnionType):
+        for member in typing.get_args(annotation):
+            ok, inner = _accepts(member, value)
+            if ok:
+                return True, inner
+        return False, None
+    if annotation is type(None):
+        return value is None, None
+    if annotation is typing.Any or origin is typing.Literal or isinstance(annotation, typing.TypeVar):
+        return True, None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return isinstance(value, dict), annotation
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict), annotation
+    if origin is list or annotation is list:
+        return isinstance(value, list), annotation
+    if annotation is bool:
+        return isinstance(value, bool), None
+    if annotation in (str, SecretStr, Path):
+        return isinstance(value, str | SecretStr | Path), None
+    if annotation in _NUMBERS:
+        return isinstance(value, str | int | float | Decimal) and not isinstance(value, bool), None
+    if annotation in (dt.date, dt.datetime):
+        return isinstance(value, str | int | float | dt.date) and not isinstance(value, bool), None
+    return True, None
+
+
+def _kind(annotation) -> str:
+    """What a setting takes, in words (for an error)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _kind(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        kinds = [_kind(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(dict.fromkeys(kinds))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) or origin is dict or annotation is dict:
+        return "a table"
+    if origin is list or annotation is list:
+        return "a list"
+    if annotation is bool:
+        return "true or false"
+    if annotation in (str, SecretStr, Path):
+        return "a string"
+    if annotation in _NUMBERS:
+        return "a number"
+    return "a date" if annotation in (dt.date, dt.datetime) else "a value of another type"
+
+
+def _what(value) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return quoted(value)
+
+
+def mistyped(model: type[BaseModel], data, path: str = "") -> str | None:
+    """Why ``data`` (a section of settings as a file or flags give it) holds a value of the wrong type for
+    ``model``, naming the setting, or None. pydantic's lax mode takes ``true`` for the number 1 and a table
+    given where the environment also sets the section is merged away before it is validated: both are
+    refused here, before anything is merged."""
+    if not isinstance(data, dict):
+        return f"{path or 'settings'}: {_what(data)} is not a table"
+    converted = _converted(model)
+    for name, field in model.model_fields.items():
+        key = field.alias if field.alias and field.alias in data else name
+        if key not in data or name in converted:
+            continue
+        where = f"{path}.{key}" if path else key
+        wrong = _mistyped_value(field.annotation, data[key], where)
+        if wrong is not None:
+            return wrong
+    return None
+
+
+def _converted(model: type[BaseModel]) -> set[str]:
+    """The fields of ``model`` whose own validator reads the input first (a date or a number as the user wrote it):
+    that validator judges their type."""
+    names = set()
+    for decorator in model.__pydantic_decorators__.field_validators.values():
+        if decorator.info.mode in ("before", "plain", "wrap"):
+            names |= set(model.model_fields) if "*" in decorator.info.fields else set(decorator.info.fields)
+    for name, field in model.model_fields.items():
+        if any(type(m).__name__ in ("BeforeValidator", "PlainValidator", "WrapValidator") for m in field.metadata):
+            names.add(name)
+    return names
+
+
+def _mistyped_value(annotation, value, where: str) -> str | None:
+    ok, inner = _accepts(annotation, value)
+    if not ok:
+        return f"{where}: {_what(value)} is not {_kind(annotation)}"
+    if inner is None:
+        return None
+    if isinstance(inner, type) and issubclass(inner, BaseModel):
+        return mistyped(inner, value, where)
+    args = typing.get_args(inner)
+    if isinstance(value, dict) and len(args) == 2:
+        for k, v in value.items():
+            wrong = _mistyped_value(args[1], v, f"{where}.{k}")
+            if wrong is not None:
+                return wrong
+    if isinstance(value, list) and len(args) == 1:
+        for i, v in enumerate(value):
+            wrong = _mistyped_value(args[0], v, f"{where}[{i}]")
+            if wrong is not None:
+                return wrong
+    return None
+
+
 def _describe(err: ValidationError, config_file: str | None) -> str:
     e = err.errors(include_url=False)[0]
     path = ".".join(str(p) for p in e["loc"] if p != "__root__")
@@ -243,8 +399,13 @@ def _describe(err: ValidationError, config_file: str | None) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     value = e.get("input")
     if isinstance(value, str | int | float | Decimal) and not isinstance(value, bool) and e["type"] != "value_error":
-        msg = f"{written(value)}: {msg[:1].lower()}{msg[1:]}"     # the value as the user wrote it, then what is wrong
-    return f"setting {path}{where}: {msg}"
+        msg = f"{quoted(value)}: {msg[:1].lower()}{msg[1:]}"     # the value as the user wrote it, then what is wrong
+    return f"setting {path}{where}: {_cut(msg)}"
+
+
+def _cut(msg: str) -> str:
+    """A message that quotes a long value (pydantic's own, a parser's) cut to a line a person reads."""
+    return msg if len(msg) <= 2 * MAX_QUOTED else f"{msg[:2 * MAX_QUOTED]}... ({len(msg) - 2 * MAX_QUOTED:,} more)"
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
@@ -257,6 +418,11 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
             from_file = read_toml(config_file)
         except FileError as err:
             raise SettingsError(f"setting --config: {err}") from None
+
+    for source, data in (("--config " + str(config_file), from_file), ("flag", overrides)):
+        wrong = mistyped(Settings, data)
+        if wrong is not None:
+            raise SettingsError(f"setting {wrong} ({source})")
 
     class Configured(Settings):
         @classmethod
@@ -271,5 +437,5 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         return Configured(**overrides)
     except ValidationError as err:
         raise SettingsError(_describe(err, config_file)) from None
-    except ValueError as err:   # e.g. a TOML syntax error
-        raise SettingsError(f"setting --config {config_file}: {err}") from None
+    except ValueError as err:   # a variable that is not the JSON its setting takes (pydantic-settings says which)
+        raise SettingsError(_cut(f"setting from the environment ({ENV_PREFIX}*): {err}")) from None

@@ -32,6 +32,9 @@ class MemoryStore:
     def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
         return []
 
+    def table(self, name: str) -> str:
+        return name
+
     def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:
         return self.insert(self.prepare(table, columns, rows, dedup))
 

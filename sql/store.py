@@ -6,6 +6,11 @@ server. Rows are written idempotently: for tables marked ``dedup`` the rows
 whose key (the table's ORDER BY) is already stored are dropped first, so a
 batch written again after a crash or a retry changes no total, and the
 materialized views that feed on the table see each row once.
+
+On a sharded cluster (``store.cluster``, the schema of deploy/clickhouse-cluster) rows are written through each
+table's ``Distributed`` twin, ``<table>_all``, which sends every row to the shard of its key and returns only once
+every shard has it (``distributed_foreground_insert``: a shard down is a failure to retry, never rows queued on
+one node's disk); the stored keys are read through it too, so the idempotent check spans the shards.
 """
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ MAX_IN_VALUES = 1000
 # Inserts are synchronous: a write returns once the rows are in the table (some servers, chdb's among
 # them, buffer inserts asynchronously by default).
 SETTINGS = {"async_insert": 0}
+# ... and on a cluster, once every shard has its rows
+CLUSTER_INSERT = {"distributed_foreground_insert": 1}
 
 
 # -- who holds an embedded store ----------------------------------------------------------------------------
@@ -157,19 +164,20 @@ def _client(target: dict, database: str | None, password: str | None, create: bo
 class Store:
     """A ClickHouse database holding gpufleet's tables."""
 
-    def __init__(self, client, database: str, target: dict):
-        self.client, self.database, self.target = client, database, target
+    def __init__(self, client, database: str, target: dict, cluster: str | None = None):
+        self.client, self.database, self.target, self.cluster = client, database, target, cluster
         self._keys: dict[str, list[tuple[int, str, bool]]] = {}
         self._holds = False                  # an embedded store this object counts as held by this process
 
     @classmethod
     def connect(cls, dsn: str, database: str = "gpufleet", password: str | None = None,
-                create: bool = False) -> Store:
+                create: bool = False, cluster: str | None = None) -> Store:
         """Open ``database`` in the store at ``dsn``.
 
         With ``create`` the database (and an embedded store's directory) is created if needed: only
         the commands that write (``db migrate``, ``demo``, ``replay``, the workers) ask for it. Without
-        it a missing database raises :class:`StoreMissing` and nothing is created.
+        it a missing database raises :class:`StoreMissing` and nothing is created. ``cluster``: the sharded
+        cluster the server at ``dsn`` belongs to (``store.cluster``): rows go through the ``_all`` tables.
         """
         if not _IDENT.match(database):
             raise ValueError(f"database name {database!r} is not a plain identifier")
@@ -186,7 +194,7 @@ class Store:
         finally:
             if target["kind"] != "chdb":
                 bare.close()
-        store = cls(_client(target, database, password, create), database, target)
+        store = cls(_client(target, database, password, create), database, target, cluster)
         if target["kind"] == "chdb":
             _hold(target["path"])
             store._holds = True
@@ -251,9 +259,25 @@ class Store:
         """Drop this database with everything in it."""
         self.command(f"DROP DATABASE IF EXISTS {self.database} SYNC")
 
+    def table(self, name: str) -> str:
+        """Where the rows of table ``name`` are written and their keys read: the table, or on a sharded cluster its
+        ``Distributed`` twin over every shard."""
+        return f"{name}_all" if self.cluster else name
+
     # -- schema --------------------------------------------------------------
     def migrate(self) -> list[str]:
-        """Apply the migrations not applied yet, in order; returns their names."""
+        """Apply the migrations not applied yet, in order; returns their names. On a cluster nothing is applied
+        (the cluster's migrations run on every node first, deploy/clickhouse-cluster/README.md): every one must
+        be recorded already."""
+        if self.cluster:
+            have = ({v for v, _ in self.applied()} if self.query("EXISTS TABLE schema_migrations")[0][0]
+                    else set())
+            missing = [m.name for m in migrations() if m.version not in have]
+            if missing:
+                raise StoreMissing(f"database {self.database} on cluster {self.cluster} lacks migrations "
+                                   f"{', '.join(missing)}: apply deploy/clickhouse-cluster/migrations on every node "
+                                   "first (its README.md)")
+            return []
         self.command("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
                      "checksum String, applied_at DateTime('UTC') DEFAULT now()) "
                      "ENGINE = ReplacingMergeTree ORDER BY version")
@@ -316,7 +340,10 @@ class Store:
         return done
 
     def set_raw_retention(self, days: int) -> bool:
-        """Keep raw samples ``days`` days from when they were stored; returns whether the TTL changed."""
+        """Keep raw samples ``days`` days from when they were stored; returns whether the TTL changed. On a cluster
+        the TTL is set on each shard with the cluster's migrations, not from here (nothing changes)."""
+        if self.cluster:
+            return False
         ttl = f"inserted_at + toIntervalDay({int(days)})"
         (engine,) = self.query("SELECT engine_full FROM system.tables WHERE database = %(db)s AND name = 'gpu_samples'",
                                {"db": self.database})[0]
@@ -378,7 +405,7 @@ class Store:
                 params[f"k{n}"] = sorted(values)
                 conds.append(f"{expr} IN %(k{n})s")
         exprs = ", ".join(e for _, e, _ in key)
-        rows_found = self.query(f"SELECT {exprs} FROM {table} WHERE {' AND '.join(conds)}", params)
+        rows_found = self.query(f"SELECT {exprs} FROM {self.table(table)} WHERE {' AND '.join(conds)}", params)
         return {k for k in map(tuple, rows_found) if k in wanted}
 
     def prepare(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> Insert:
@@ -405,10 +432,10 @@ class Store:
         if not batch.rows:
             return 0
         settings = {"insert_deduplication_token": batch.token,
-                    "deduplicate_blocks_in_dependent_materialized_views": 1}
+                    "deduplicate_blocks_in_dependent_materialized_views": 1, **(CLUSTER_INSERT if self.cluster else {})}
         columns = list(zip(*batch.rows))        # column-oriented: one column of values per name
-        self._call(self.client.insert, batch.table, columns, column_names=list(batch.columns), settings=settings,
-                   column_oriented=True)
+        self._call(self.client.insert, self.table(batch.table), columns, column_names=list(batch.columns),
+                   settings=settings, column_oriented=True)
         return len(batch.rows)
 
     def write(self, table: str, columns: Sequence[str], rows: Sequence[tuple], dedup: bool = True) -> int:

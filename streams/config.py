@@ -28,11 +28,16 @@ class StreamConfig(BaseModel):
         120.0, gt=0, le=86400,
         description="live mode: a node silent this long (wall clock) while its partition is read to the end no "
                     "longer holds the job stage back")
+    clock_step_s: float = Field(
+        600.0, gt=0, le=86400,
+        description="messages ahead of their collector's sequence (a clock that stepped forward, a copy stamped in "
+                    "the future) hold a node's watermark until they have agreed with each other for this long of "
+                    "their own time; then the node's clock is taken to have stepped")
     silent_after_s: float = Field(
         600.0, gt=0, le=7 * 86400,
-        description="a node that sends nothing for this long is silent: its alerts resolve as \"no telemetry since\" "
-                    "its last message (wall clock in the live mode; stream time, the newest telemetry of the "
-                    "input, in replay and the demo)")
+        description="a node whose telemetry has a gap longer than this is silent: its alerts resolve as \"no "
+                    "telemetry since\" its last message (found by the gap itself, and sooner by stream time in replay "
+                    "and the demo, by wall clock in the live mode)")
     model: str | None = Field(None,
                               description="path of a trained model (gpufleet model train); default: the packaged one")
     hold_down_s: dict[str, float] = Field(

@@ -153,6 +153,31 @@ def group_progress(bootstrap: str, group: str, topics: list[str]) -> list[tuple[
         consumer.close()
 
 
+class OffsetReader:
+    """A group's committed offsets and the partitions' ends, as the broker has them (one client, kept open; not
+    thread-safe: one call at a time)."""
+
+    def __init__(self, bootstrap: str, group: str, timeout_s: float = 10.0):
+        self.timeout_s = timeout_s
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    def read(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, int]]:
+        """``(topic, partition) -> (committed offset or None, end offset)``; raises KafkaException when the broker
+        does not answer."""
+        if not partitions:
+            return {}
+        committed = self.consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=self.timeout_s)
+        out = {}
+        for tp in committed:
+            end = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                      timeout=self.timeout_s, cached=False)[1]
+            out[(tp.topic, tp.partition)] = (tp.offset if tp.offset >= 0 else None, end)
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = None,
             idle_timeout_s: float | None = None, to_end: bool = False) -> Iterator[tuple[str, bytes]]:
     """Yield ``("topic/partition/offset", value)`` from the start of ``topic``.

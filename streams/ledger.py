@@ -55,7 +55,7 @@ def invoice_month(month: dt.date, closed: set[dt.date]) -> dt.date:
 
 
 def closed_months(store) -> set[dt.date]:
-    return {m for (m,) in store.query("SELECT month FROM billing_months FINAL")}
+    return {m for (m,) in store.query(f"SELECT month FROM {store.table('billing_months')} FINAL")}
 
 
 def adjustment(row: dict, kind: str, adjustment_id: str, invoice: dt.date, reason: str, amount_change: Decimal,
@@ -76,9 +76,9 @@ def in_force(store, keys: Sequence[tuple]) -> dict[tuple, tuple[str, Decimal]]:
     where = "gpu_uuid IN %(g)s AND toUnixTimestamp(period_start) BETWEEN %(lo)s AND %(hi)s"
     found: dict[tuple, tuple[str, Decimal]] = {}
     for sql in (f"SELECT gpu_uuid, tenant, job, toUnixTimestamp(period_start), price_version, amount "
-                f"FROM billing_ledger FINAL WHERE {where}",
+                f"FROM {store.table('billing_ledger')} FINAL WHERE {where}",
                 f"SELECT gpu_uuid, tenant, job, toUnixTimestamp(period_start), argMax(price_version, at), "
-                f"argMax(amount, at) FROM billing_adjustments FINAL WHERE {where} "
+                f"argMax(amount, at) FROM {store.table('billing_adjustments')} FINAL WHERE {where} "
                 f"GROUP BY gpu_uuid, tenant, job, period_start"):
         for g, t, j, p, version, amount in store.query(sql, params):
             found[(g, t, j, int(p))] = (version, amount)

@@ -23,8 +23,18 @@ class WorkerMetrics:
         self.durable_seconds = Histogram(
             "gpufleet_worker_durable_batch_seconds", "Making one batch durable: store write, broker, state",
             ["stage"], registry=r, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
-        self.lag = Gauge("gpufleet_worker_consumer_lag", "Messages not yet read, by topic and partition",
-                         ["topic", "partition"], registry=r)
+        self.lag = Gauge("gpufleet_worker_consumer_lag", "Messages past the group's committed offset (the broker's "
+                         "end offset less the committed one), by topic and partition", ["topic", "partition"],
+                         registry=r)
+        self.committed = Gauge("gpufleet_worker_committed_offset", "The group's committed offset, as the broker has "
+                               "it", ["topic", "partition"], registry=r)
+        self.stuck_seconds = Gauge("gpufleet_worker_partition_stuck_seconds", "How long records have waited past a "
+                                   "committed offset that does not move (0: it moves, or nothing waits)",
+                                   ["topic", "partition"], registry=r)
+        self.stuck = Gauge("gpufleet_worker_partition_stuck", "1 while the partition is stuck (waiting longer than "
+                           "worker.stuck_after_s)", ["topic", "partition"], registry=r)
+        self.restarts = Counter("gpufleet_worker_agent_restarts", "Agents restarted after they crashed", ["agent"],
+                                registry=r)
         self.batches = Counter("gpufleet_worker_batches", "Batches made durable", ["stage"], registry=r)
         self.last_batch = 0.0
         self.last_batch_gauge = Gauge("gpufleet_worker_last_batch_timestamp", "When a batch last became durable",
@@ -60,10 +70,11 @@ class WorkerMetrics:
     def forget_partitions(self, partitions) -> None:
         """Partitions no longer assigned: their lag is another worker's to report."""
         for tp in partitions:
-            try:
-                self.lag.remove(tp.topic, str(tp.partition))
-            except KeyError:
-                pass
+            for gauge in (self.lag, self.committed, self.stuck_seconds, self.stuck):
+                try:
+                    gauge.remove(tp.topic, str(tp.partition))
+                except KeyError:
+                    pass
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

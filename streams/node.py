@@ -48,7 +48,12 @@ class NodeProcessor:
         truly late: the first is REPLAYED, the second is LATE. ``tariff``: the billing settings (default: the
         default price table).
         """
-        status, ready = self.gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref)
+        gate = self.gate
+        status, ready = gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref, cfg.clock_step_s)
+        if gate.copies:                      # copies stamped ahead of their sequence, dropped for their originals
+            for refs in gate.take_copies():
+                out.done.extend(refs)
+                out.counts["duplicates"] += 1
         held = status == HELD
         if held:
             status = DUPLICATE
@@ -80,6 +85,8 @@ class NodeProcessor:
 
     def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None,
                  tariff: Tariff) -> None:
+        if self.last_ts is not None and not self.silent and msg.ts - self.last_ts > cfg.silent_after_s:
+            self.silence(out, tariff)        # silent for longer than stream.silent_after_s: found now, if not before
         out.counts["gpu_samples"] += len(msg.gpus)
         if self.last_ts is None or msg.ts > self.last_ts:
             self.last_ts = msg.ts
@@ -124,8 +131,15 @@ class NodeProcessor:
 
     def drain(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
               tariff: Tariff | None = None) -> None:
-        """Process every message waiting for the watermark (the end of input, or a node found silent)."""
+        """Process every message waiting for the watermark (the end of input, or a node found silent); those still
+        ahead of their collector's sequence, which nothing confirmed, are dead-lettered as ``clock_skew``."""
         tariff = tariff or default_tariff()
+        for m, refs, by in self.gate.unconfirmed(cfg.lateness_s):
+            out.dead_letter("clock_skew", f"ts: {by:.0f} s ahead of what seq {m.seq} of collector {m.collector_id} "
+                                          "predicts, and no later message confirmed a clock step",
+                            source_of(refs[0] if refs else None, f"node {self.name} at ts {m.ts}"), m.ts, m.to_json())
+            out.counts[f"clock_skew:{self.name}"] += 1
+            out.done.extend(refs)
         for m, refs in self.gate.drain():
             self._guarded(m, refs, cfg, out, detection, tariff)
 

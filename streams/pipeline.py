@@ -14,14 +14,14 @@ from collections.abc import Callable
 from gpufleet.contracts.jobsample import invalid_job_sample
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
-from gpufleet.contracts.telemetry import Telemetry, TelemetryError, check_clock, control_kind
+from gpufleet.contracts.telemetry import CONTROL_KINDS, Telemetry, TelemetryError, check_clock, control_kind
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import Detection, Recorder, hold_downs
 
 from .billing.prices import BillingConfig, Tariff
 from .config import StreamConfig
 from .decode import decode
-from .eventtime import DUPLICATE, LATE, REPLAYED, LowWatermark
+from .eventtime import DUPLICATE, LATE, REPLAYED, FleetWatermark
 from .jobs import JobProcessor
 from .node import NodeProcessor
 
@@ -34,7 +34,7 @@ class Pipeline:
                  load_node: Callable[[str], NodeProcessor | None] | None = None,
                  load_job: Callable[[str], JobProcessor | None] | None = None,
                  model: Model | None = None, detect: bool = True, recorder: Recorder | None = None,
-                 billing: BillingConfig | None = None):
+                 billing: BillingConfig | None = None, partitions: int | None = None):
         self.cfg = cfg or StreamConfig()
         self.tariff = Tariff(billing)                # prices, and whether to meter (billing.enabled)
         model = (model or Model.default()).with_hold_downs(hold_downs(self.cfg.hold_down_s))
@@ -49,22 +49,35 @@ class Pipeline:
         self.jobs: dict[str, JobProcessor] = {}
         self.waiting: set[str] = set()           # jobs with items waiting for the watermark
         self.forgotten: set[str] = set()         # jobs that ended since their state was last saved
-        self.fleet = LowWatermark()              # the embedded mode's job watermark: the lowest node watermark
-        self.newest: float | None = None         # the embedded mode's stream time: the newest telemetry seen
+        # the embedded mode's job watermark: the lowest node watermark, of every one of the input's ``partitions``
+        # (a log read in the embedded mode: tests) once each has been heard from (None: a file, one partition)
+        self.fleet = FleetWatermark(partitions)
+        self.newest: float | None = None         # the embedded mode's stream time (see stream_time)
+        self.partition_newest: dict[int | None, float] = {}   # each input partition's newest trusted time
         self._silence_checked = float("-inf")
         self.out = Output()
 
-    def submit(self, payload: str | bytes | dict, source: str, ref=None,
+    def submit(self, payload: str | bytes | dict | None, source: str, ref=None,
                position: tuple[int, int] | None = None) -> Telemetry | None:
-        """Validate and process one message; returns it, or None if it was dead-lettered.
+        """Validate and process one message; returns it, or None if it was dead-lettered (or was a control
+        message, which the driver acts on: the end of a stream ends replay's input anyway).
 
-        ``position`` is where it was read (partition, offset), when the input is a log.
+        ``position`` is where it was read (partition, offset), when the input is a log. A record without a value
+        (a Kafka tombstone) and a control message of a kind this gpufleet does not know are dead-lettered.
         """
         out = self.out
         out.counts["messages"] += 1
-        if control_kind(payload) is not None:         # e.g. end of stream: a worker's business, not replay's
-            out.counts["control"] += 1
-            out.done.append(ref)
+        if payload is None:
+            self.refuse("invalid", "(message): no value (a tombstone: telemetry is never deleted)", source, "", ref)
+            return None
+        kind = control_kind(payload)
+        if kind is not None:
+            if kind in CONTROL_KINDS:
+                out.counts["control"] += 1
+                out.done.append(ref)
+            else:
+                self.refuse("invalid", f"kind: {kind[:40]!r} is not a control message this gpufleet knows "
+                                       f"({', '.join(CONTROL_KINDS)})", source, payload, ref)
             return None
         try:
             msg = decode(payload, share_names=False)     # it waits packed: its names are shared when it is released
@@ -89,6 +102,17 @@ class Pipeline:
             out.done.append(ref)
             return None
 
+    def refuse(self, reason_code: str, reason: str, source: str, payload, ref=None) -> None:
+        """Dead-letter one input, which is then done."""
+        self.out.dead_letter(reason_code, reason, source, self.clock(), payload)
+        self.out.done.append(ref)
+
+    def unreadable_state(self, table: str, name: str, raw: bytes, reason: str) -> None:
+        """A changelog value that is no state any gpufleet saved (written there by something else): dead-lettered,
+        and the key starts afresh (its next save replaces the value)."""
+        self.out.dead_letter("invalid", f"saved state: {reason}", f"{table} changelog/key {name[:200]}", self.clock(),
+                             raw)
+
     def node(self, name: str) -> NodeProcessor:
         node = self.nodes.get(name)
         if node is None:
@@ -109,13 +133,10 @@ class Pipeline:
         status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff)
         if self.route_jobs:
             watermark = node.gate.watermark(self.cfg.lateness_s)
+            partition = position[0] if position is not None else None
             if watermark is not None:
-                self.fleet.advance(msg.node, watermark)
-            if self.newest is None or msg.ts > self.newest:
-                self.newest = msg.ts
-                if msg.ts - self._silence_checked >= SILENCE_CHECK_S:
-                    self._silence_checked = msg.ts
-                    self.silence_stale(msg.ts)
+                self.fleet.advance(msg.node, watermark, partition)
+            self.advance_stream_time(node.gate.max_ts, partition)
             self.route()
         if status == DUPLICATE:
             self.out.counts["duplicates"] += 1
@@ -129,6 +150,23 @@ class Pipeline:
                 source, self.clock(), payload if payload is not None else msg.to_json())
             return None
         return msg
+
+    def advance_stream_time(self, trusted: float | None, partition: int | None) -> None:
+        """The embedded mode's stream time: the lowest, over the input's partitions (a file is one), of the newest
+        trusted time of each (a node's watermark never follows a message ahead of its sequence, eventtime.py).
+        However far apart the partitions are read, no node is judged silent before its own partition has gone on
+        without it; every ``SILENCE_CHECK_S`` of stream time, nodes silent for ``stream.silent_after_s`` are."""
+        if trusted is None or trusted <= self.partition_newest.get(partition, float("-inf")):
+            return
+        self.partition_newest[partition] = trusted
+        if not self.fleet.heard_from_all():
+            return
+        now = min(self.partition_newest.values())
+        if self.newest is None or now > self.newest:
+            self.newest = now
+            if now - self._silence_checked >= SILENCE_CHECK_S:
+                self._silence_checked = now
+                self.silence_stale(now)
 
     def route(self, watermark: float | None = None) -> None:
         """The in-process bus to the job stage (the distributed mode sends job samples through Kafka): admit
@@ -172,12 +210,18 @@ class Pipeline:
         if self.keeps_state:
             self.forgotten.add(name)
 
-    def silence_stale(self, newest: float) -> None:
-        """The embedded mode, by stream time: a node whose telemetry stopped ``stream.silent_after_s`` before the
-        newest of the input is silenced (its alerts resolve, "no telemetry since"; it leaves its jobs) and no longer
-        holds the jobs back, until it reports again. (The distributed mode does this by wall clock.)"""
+    def silence_stale(self, now: float) -> None:
+        """The embedded mode, by stream time: a node whose telemetry stopped more than ``stream.silent_after_s``
+        before ``now`` (beyond the allowed lateness, so that no arrival order within it decides) is silenced (its
+        alerts resolve, "no telemetry since"; it leaves its jobs) and no longer holds the jobs back, until it
+        reports again. A node is found silent by its own telemetry too (a gap longer than that, node.py), so the
+        events are the same whenever this finds it. (The distributed mode does this by wall clock.)"""
+        limit = self.cfg.silent_after_s + self.cfg.lateness_s
         for name, node in self.nodes.items():
-            if node.silent or node.last_ts is None or newest - node.last_ts <= self.cfg.silent_after_s:
+            if node.silent or node.last_ts is None:
+                continue
+            heard = node.gate.newest()
+            if now - max(node.last_ts, heard if heard is not None else node.last_ts) <= limit:
                 continue
             node.drain(self.cfg, self.out, self.detection, self.tariff)
             node.silence(self.out, self.tariff)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from gpufleet.contracts.output import Output
-from gpufleet.contracts.state import pack, unpack
-from gpufleet.contracts.telemetry import control_kind, control_newest, unreadable
+from gpufleet.contracts.state import StateError, pack, unpack
+from gpufleet.contracts.telemetry import control_kind, control_newest, control_problem, unreadable
 
 from .clocks import INF, PartitionClock, SourceClock
 from .durable import Share, StateKey, job_partition
@@ -26,20 +26,47 @@ P = TypeVar("P")
 NODES, JOBS, CLOCKS = "nodes", "jobs", "clocks"
 
 
-def saved(table: Mapping[bytes, bytes], decode: Callable[[str, dict], P]) -> Callable[[str], P | None]:
-    """A loader of saved processors from a state table: name -> processor or None."""
+Junk = Callable[[str, bytes, str], None]     # (key, value, why): a changelog value that is no saved state
+
+
+def saved(table: Mapping[bytes, bytes], decode: Callable[[str, dict], P],
+          junk: Junk | None = None) -> Callable[[str], P | None]:
+    """A loader of saved processors from a state table: name -> processor or None.
+
+    With ``junk``, a value that is no state any gpufleet saved (not packed JSON, or without a version: written
+    to the changelog by something else) is handed to it and the key starts afresh; a state of another version is
+    still refused (:class:`StateError`): that is an upgrade to make, not junk."""
     def load(name: str) -> P | None:
         raw = table.get(name.encode())
-        return decode(name, unpack(raw, name)) if raw else None
+        if not raw:
+            return None
+        state = restore(raw, name, junk)
+        return None if state is None else decode(name, state)
     return load
+
+
+def restore(raw: bytes, name: str, junk: Junk | None) -> dict | None:
+    """A saved value as the state it holds, or None when it is junk (handed to ``junk``)."""
+    try:
+        state = unpack(raw, name)
+    except StateError as err:
+        if junk is None:
+            raise
+        junk(name, raw, str(err).split(";")[0])
+        return None
+    if junk is not None and not (isinstance(state, dict) and "v" in state):
+        junk(name, raw, f"{name}: not a state any gpufleet saved (no version)")
+        return None
+    return state
 
 
 class NodeStage:
     def __init__(self, pipeline: Pipeline, clocks: Mapping[bytes, bytes], live: bool = True,
                  assigned: Callable[[], set[int]] = set, lag: Callable[[int], int | None] = lambda partition: None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, control_key: bytes | None = None):
         self.pipeline, self.clock_table, self.live, self.now = pipeline, clocks, live, clock
         self.assigned, self.lag = assigned, lag          # telemetry partitions held, and each one's lag
+        self.control_key = control_key                   # kafka.control_key: signs the markers acted on
         self.clocks: dict[int, PartitionClock] = {}
 
     def partition_clock(self, partition: int) -> PartitionClock:
@@ -47,28 +74,52 @@ class NodeStage:
         if c is None:
             raw = self.clock_table.get(f"node:{partition}".encode())
             what = f"partition {partition} clock"
-            c = PartitionClock.from_state(unpack(raw, what), what) if raw else PartitionClock()
+            state = restore(raw, what, lambda name, value, why: self.pipeline.unreadable_state(
+                CLOCKS, f"node:{partition}", value, why)) if raw else None
+            c = PartitionClock.from_state(state, what) if state is not None else PartitionClock()
             self.clocks[partition] = c
         return c
 
     def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
-        pipeline, touched = self.pipeline, {}
+        pipeline, touched = self.pipeline, dict[StateKey, int]()
         pipeline.out = out
         now = self.now()
         for ev in inputs:
-            m = ev.message
-            clock = self.partition_clock(m.partition)
-            touched[(CLOCKS, f"node:{m.partition}".encode())] = m.partition
-            if control_kind(ev.value) == "end_of_stream":
-                self.end_of_stream(m.partition, clock, touched, control_newest(ev.value))
-                out.counts["end_of_stream"] += 1
+            try:                      # any record at all ends stored or dead-lettered: nothing before this guard
+                self.take(ev, touched, now)
+            except StateError:        # saved state of another version: the process's failure, said loudly
+                raise
+            except Exception as err:
+                m = ev.message
+                out.internal_error(err, f"{m.topic}/{m.partition}/{m.offset}", pipeline.clock(), ev.value or "")
                 out.done.append(ev)
-                continue
-            msg = pipeline.submit(ev.value, f"{m.topic}/{m.partition}/{m.offset}", ref=ev,
-                                  position=(m.partition, m.offset))
-            if msg is not None:
-                touched[(NODES, msg.node.encode())] = m.partition
-                clock.heard_from(msg.node, pipeline.nodes[msg.node].gate.watermark(pipeline.cfg.lateness_s), now)
+        self.advance(touched, now)
+        return touched
+
+    def take(self, ev, touched: dict, now: float) -> None:
+        """One record of the telemetry topic: a control message acted on or dead-lettered, or telemetry."""
+        pipeline, m = self.pipeline, ev.message
+        out = pipeline.out
+        clock = self.partition_clock(m.partition)
+        touched[(CLOCKS, f"node:{m.partition}".encode())] = m.partition
+        source = f"{m.topic}/{m.partition}/{m.offset}"
+        if control_kind(ev.value) is not None:
+            problem = control_problem(ev.value, self.control_key)
+            if problem is not None:
+                pipeline.refuse("invalid", problem, source, ev.value, ev)
+                return
+            self.end_of_stream(m.partition, clock, touched, control_newest(ev.value))
+            out.counts["end_of_stream"] += 1
+            out.done.append(ev)
+            return
+        msg = pipeline.submit(ev.value, source, ref=ev, position=(m.partition, m.offset))
+        if msg is not None:
+            touched[(NODES, msg.node.encode())] = m.partition
+            clock.heard_from(msg.node, pipeline.nodes[msg.node].gate.watermark(pipeline.cfg.lateness_s), now)
+
+    def advance(self, touched: dict, now: float) -> None:
+        """After a batch: idle and silent nodes (live mode), and each partition's watermark to announce."""
+        pipeline, out = self.pipeline, self.pipeline.out
         for partition in self.assigned():          # a partition without any message still has a clock
             self.partition_clock(partition)
         if self.live:
@@ -82,7 +133,6 @@ class NodeStage:
             if mark is not None and mark != clock.announced:
                 out.watermarks[partition] = None if mark == INF else mark
                 clock.announced = mark
-        return touched
 
     def end_of_stream(self, partition: int, clock: PartitionClock, touched: dict, newest: float | None) -> None:
         """The end of a recording: every node of the partition flushes its open windows, as replay does (a node
@@ -130,39 +180,26 @@ class JobStage:
         if c is None:
             raw = self.clock_table.get(f"job:{partition}".encode())
             what = f"by-job partition {partition} clock"
-            c = (SourceClock.from_state(unpack(raw, what), self.partitions, what) if raw
+            state = restore(raw, what, lambda name, value, why: self.pipeline.unreadable_state(
+                CLOCKS, f"job:{partition}", value, why)) if raw else None
+            c = (SourceClock.from_state(state, self.partitions, what) if state is not None
                  else SourceClock(self.partitions))
             self.clocks[partition] = c
         return c
 
     def process(self, inputs: list, out: Output) -> dict[StateKey, int]:
-        pipeline, touched = self.pipeline, {}
+        pipeline, touched = self.pipeline, dict[StateKey, int]()
         pipeline.out = out
         advanced: set[int] = set()
         for ev in inputs:
-            m = ev.message
-            source = f"{m.topic}/{m.partition}/{m.offset}"
-            items, reason = _items(ev.value)
-            if reason is not None:
-                out.dead_letter("invalid", reason, source, pipeline.clock(), ev.value)
+            try:                      # any record at all ends stored or dead-lettered: nothing before this guard
+                self.take(ev, touched, advanced)
+            except StateError:
+                raise
+            except Exception as err:
+                m = ev.message
+                out.internal_error(err, f"{m.topic}/{m.partition}/{m.offset}", pipeline.clock(), ev.value or "")
                 out.done.append(ev)
-                continue
-            if not items:
-                out.done.append(ev)
-                continue
-            share = Share(ev, len(items))
-            for item in items:
-                if type(item) is dict and "watermarks" in item:
-                    reason = _invalid_marks(item["watermarks"], self.partitions)
-                    if reason is not None:
-                        out.dead_letter("invalid", reason, source, pipeline.clock(), json.dumps(item))
-                    else:
-                        self.source_clock(m.partition).announce(item["watermarks"])
-                        touched[(CLOCKS, f"job:{m.partition}".encode())] = m.partition
-                        advanced.add(m.partition)
-                    out.done.append(share)
-                elif pipeline.admit_job_sample(item, ref=share, source=source):
-                    touched[(JOBS, item["job"].encode())] = m.partition
         for partition in sorted(advanced):
             clock = self.source_clock(partition)
             watermark = clock.watermark()
@@ -172,6 +209,32 @@ class JobStage:
             else:
                 self.release(partition, watermark, touched)
         return touched
+
+    def take(self, ev, touched: dict, advanced: set[int]) -> None:
+        """One record of the by-job topic: a group of job samples and watermark announcements, or junk."""
+        pipeline, m = self.pipeline, ev.message
+        out = pipeline.out
+        source = f"{m.topic}/{m.partition}/{m.offset}"
+        items, reason = _items(ev.value)
+        if reason is not None:
+            pipeline.refuse("invalid", reason, source, ev.value or "", ev)
+            return
+        if not items:
+            out.done.append(ev)
+            return
+        share = Share(ev, len(items))
+        for item in items:
+            if type(item) is dict and "watermarks" in item:
+                reason = _invalid_marks(item["watermarks"], self.partitions)
+                if reason is not None:
+                    out.dead_letter("invalid", reason, source, pipeline.clock(), json.dumps(item))
+                else:
+                    self.source_clock(m.partition).announce(item["watermarks"])
+                    touched[(CLOCKS, f"job:{m.partition}".encode())] = m.partition
+                    advanced.add(m.partition)
+                out.done.append(share)
+            elif pipeline.admit_job_sample(item, ref=share, source=source):
+                touched[(JOBS, item["job"].encode())] = m.partition
 
     def release(self, partition: int, watermark: float, touched: dict) -> None:
         pipeline = self.pipeline
@@ -184,7 +247,7 @@ class JobStage:
         """Every source partition ended: every job of this partition is flushed, as replay does at the end."""
         pipeline = self.pipeline
         names = {n for n in pipeline.jobs if job_partition(n, self.partitions) == partition}
-        names |= {k.decode() for k in self.job_table if job_partition(k.decode(), self.partitions) == partition}
+        names |= {k for k in _names(self.job_table) if job_partition(k, self.partitions) == partition}
         self.release(partition, INF, touched)
         for name in sorted(names):
             job = pipeline.job(name)
@@ -209,8 +272,22 @@ class JobStage:
         self.clocks.clear()
 
 
-def _items(value: bytes) -> tuple[list, str | None]:
+def _names(table: Mapping) -> list[str]:
+    """The keys of a state table as names; a key no worker wrote (none, or not UTF-8: the changelog is a topic
+    anyone may write to) names nothing."""
+    names = []
+    for key in table:
+        try:
+            names.append(key.decode())
+        except (AttributeError, UnicodeDecodeError):
+            continue
+    return names
+
+
+def _items(value: bytes | None) -> tuple[list, str | None]:
     """A by-job message's items, or why it has none: it is input like any other (an older worker's, or junk)."""
+    if value is None:
+        return [], "(message): no value (a tombstone: job samples are never deleted)"
     try:
         items = json.loads(value)
     except (ValueError, RecursionError) as err:

@@ -6,7 +6,9 @@ are acknowledged is in durable.py; the corrections to Faust are in faust_compat.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 import faust
@@ -20,6 +22,7 @@ from .jobs import JobProcessor
 from .metrics import WorkerMetrics
 from .node import NodeProcessor
 from .pipeline import Pipeline
+from .progress import PartitionProgress, Restarts
 from .sink import Sink
 from .stages import CLOCKS, JOBS, NODES, JobStage, NodeStage, saved
 
@@ -84,14 +87,19 @@ def make_app(settings, store, model=None) -> faust.App:
         app.tables.add(table)
 
     # the stages: one pipeline, state restored from the tables on first use
+    def junk(table: str):         # a changelog value no gpufleet saved: dead-lettered, the key starts afresh
+        return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
     pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
-                        load_node=saved(tables[NODES], NodeProcessor.from_state),
-                        load_job=saved(tables[JOBS], JobProcessor.from_state))
+                        load_node=saved(tables[NODES], NodeProcessor.from_state, junk(NODES)),
+                        load_job=saved(tables[JOBS], JobProcessor.from_state, junk(JOBS)))
     metrics = WorkerMetrics()
     outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n,
                      other={BILLING_SCHEMA: names["billing"]})
     bus = FaustBus(app, topics)
-    lags: dict[tuple[str, int], int] = {}
+    unread: dict[tuple[str, int], int] = {}        # (topic, partition) -> records not read yet (for idle nodes)
+    progress = PartitionProgress(w.stuck_after_s)
+    restarts = Restarts(w.max_restarts_per_minute)
+    offsets: list = []                             # the broker's offsets, read in a thread (kafka.OffsetReader)
 
     def sink() -> Sink:
         return Sink(store, settings.store.batch_rows, settings.store.batch_seconds)
@@ -99,8 +107,10 @@ def make_app(settings, store, model=None) -> faust.App:
     def assigned() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == names["telemetry"]}
 
+    key = settings.kafka.control_key
     nodes = NodeStage(pipeline, tables[CLOCKS], assigned=assigned,
-                      lag=lambda partition: lags.get((names["telemetry"], partition)))
+                      lag=lambda partition: unread.get((names["telemetry"], partition)),
+                      control_key=key.get_secret_value().encode() if key is not None else None)
     jobs = JobStage(pipeline, tables[JOBS], tables[CLOCKS], n)
     node_stage = Stage("node", nodes, sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs,
                        rebalances, metrics, w.session_timeout_s, reread=app.consumer.seek)
@@ -118,8 +128,9 @@ def make_app(settings, store, model=None) -> faust.App:
         for stage in stages:
             stage.forget()
         metrics.forget_partitions(partitions)
+        progress.forget((tp.topic, tp.partition) for tp in partitions)
         for tp in partitions:
-            lags.pop((tp.topic, tp.partition), None)
+            unread.pop((tp.topic, tp.partition), None)
         log.info("rebalance: partitions revoked: %s", _names(partitions))
 
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
@@ -131,6 +142,10 @@ def make_app(settings, store, model=None) -> faust.App:
 
     # agents
     async def feed(stage: Stage, stream) -> None:
+        restarts.started(stage.name)                # Faust starts an agent again after it crashed
+        if restarts.total.get(stage.name):
+            metrics.restarts.labels(stage.name).inc()
+            log.error("%s agent restarted (%d times in the last minute)", stage.name, restarts.recent(stage.name))
         try:
             async for inputs in stream.noack_take(w.batch_max, within=w.batch_within_s):
                 await stage.batch(inputs, stream.ack)
@@ -157,16 +172,35 @@ def make_app(settings, store, model=None) -> faust.App:
         await node_stage.poke()
 
     @app.timer(interval=5.0)
-    async def consumer_lag() -> None:
-        try:
+    async def partition_progress() -> None:
+        """Each assigned partition's committed offset against its end, from the broker (not the consumer's
+        position: a partition read to its end whose work never finishes must show its lag)."""
+        if not offsets:
+            from .kafka import OffsetReader
+            offsets.append(OffsetReader(settings.kafka.bootstrap, w.app_id))
+        held = [(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in sources]
+        try:                         # read to the end? (a node silent while its partition is, is idle: clocks.py)
             for tp in app.consumer.assignment():
                 if tp.topic in sources:
                     position, high = await app.consumer.position(tp), app.consumer.highwater(tp)
                     if position is not None and high is not None:
-                        lags[(tp.topic, tp.partition)] = max(0, high - position)
-                        metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
-        except Exception as err:     # a metric must never stop the worker (e.g. during a rebalance)
-            log.debug("consumer lag not read: %s", err)
+                        unread[(tp.topic, tp.partition)] = max(0, high - position)
+        except Exception as err:     # e.g. during a rebalance
+            log.debug("positions not read: %s", err)
+        try:
+            read = await asyncio.to_thread(offsets[0].read, held)
+        except Exception as err:     # a metric must never stop the worker (the broker down, a rebalance)
+            log.debug("committed offsets not read: %s", err)
+            return
+        now = time.monotonic()
+        for (topic, partition), (committed, end) in read.items():
+            progress.observe((topic, partition), committed, end, now)
+            labels = (topic, str(partition))
+            metrics.lag.labels(*labels).set(progress.lag((topic, partition)))
+            metrics.committed.labels(*labels).set(committed or 0)
+            waited = progress.waiting_s((topic, partition), now)
+            metrics.stuck_seconds.labels(*labels).set(waited)
+            metrics.stuck.labels(*labels).set(1 if waited >= w.stuck_after_s else 0)
 
     # web endpoints
     @app.page("/metrics")
@@ -176,9 +210,15 @@ def make_app(settings, store, model=None) -> faust.App:
     @app.page("/health")
     async def health(web, request):
         failing = [s.name for s in stages if s.sink.unavailable_since]
-        return web.json({"status": "store unavailable" if failing else "ok",
+        stuck = {f"{t}/{p}": round(s) for (t, p), s in sorted(progress.stuck(time.monotonic()).items())}
+        crashing = restarts.restarting()
+        problems = (["store unavailable"] if failing else []) + \
+            [f"{name} stuck: committed offset unmoved for {s} s while records wait" for name, s in stuck.items()] + \
+            [f"{agent} agent restarted {n} times in the last minute" for agent, n in crashing.items()]
+        status = "store unavailable" if failing else "degraded" if problems else "ok"
+        return web.json({"status": status, "problems": problems, "stuck": stuck, "restarting": crashing,
                          "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()),
-                         "last_batch": metrics.last_batch}, status=503 if failing else 200)
+                         "last_batch": metrics.last_batch}, status=503 if problems else 200)
 
     return app
 

@@ -116,6 +116,15 @@ def topic(kafka_bootstrap):
         delete_topics(kafka_bootstrap, made)
 
 
+def local_script(script: str, state: Path, *args: str) -> str:
+    """Run deploy/local/<script>.py with ``args`` on the state folder ``state``; its standard output."""
+    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{script}.py"), *args, "--dir",
+                          str(state)], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"{script}.py {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
+    return out.stdout
+
+
 class LocalService:
     """A Kafka broker or ClickHouse server of one test module's own, to stop and start (same port, data kept)."""
 
@@ -123,11 +132,7 @@ class LocalService:
         self.script, self.prefix, self.state, self.address = script, prefix, state, None
 
     def _run(self, *args):
-        out = subprocess.run([sys.executable, str(ROOT / "deploy" / "local" / f"{self.script}.py"), *args, "--dir",
-                              str(self.state)], capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            raise RuntimeError(f"{self.script}.py {args[0]} failed: {out.stderr.strip()[-500:]}")
-        return out.stdout
+        return local_script(self.script, self.state, *args)
 
     def start(self):
         port = self.address.rsplit(":", 1)[1] if self.address else "0"
@@ -154,6 +159,89 @@ def own_kafka(tmp_path_factory):
     broker.stop()
 
 
+class KafkaCluster:
+    """A cluster of three brokers of one test module's own (deploy/local/kafka.py --brokers 3), with replication
+    as docs/operations.md advises; a member can be killed and started again, its data kept."""
+
+    def __init__(self, state: Path):
+        self.state, self.bootstrap = state, None
+
+    def _run(self, *args):
+        return local_script("kafka", self.state, *args)
+
+    def start(self):
+        self.bootstrap = self._run("start", "--brokers", "3").strip().split("KAFKA_BOOTSTRAP=", 1)[1]
+
+    def kill(self, node: int):
+        self._run("stop", "--node", str(node))
+
+    def restart(self, node: int):
+        self._run("start", "--node", str(node))
+
+    def stop(self):
+        self._run("stop")
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory):
+    """Three brokers of the test module's own; needs Java (the local broker script)."""
+    import shutil
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("a broker cluster needs Java (deploy/local/kafka.py)")
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+class ClickHouseShards:
+    """Two ClickHouse servers of one test module's own, the shards of the cluster `gpufleet` (deploy/local/
+    clickhouse.py --shards 2), each with the cluster's schema in its plain form (render.py --plain) applied to
+    the databases asked for; a shard can be killed and started again, its data kept."""
+
+    def __init__(self, state: Path):
+        self.state, self.urls = state, []
+
+    def _run(self, *args):
+        return local_script("clickhouse", self.state, *args)
+
+    def start(self):
+        self.urls = self._run("start", "--shards", "2").split("CLICKHOUSE_SHARDS=", 1)[1].strip().split(",")
+
+    def migrate(self, database: str) -> None:
+        import importlib.util
+
+        from gpufleet.sql.store import Store
+        spec = importlib.util.spec_from_file_location("render", ROOT / "deploy" / "clickhouse-cluster" / "render.py")
+        render = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(render)
+        for url in self.urls:
+            store = Store.connect(url, database, create=True)
+            try:
+                for _, text in sorted(render.rendered(replicated=False).items()):
+                    for statement in render.statements(text):
+                        store.command(statement)
+            finally:
+                store.close()
+
+    def kill(self, shard: int):
+        self._run("stop", "--node", str(shard))
+
+    def restart(self, shard: int):
+        self._run("start", "--node", str(shard))
+
+    def stop(self):
+        self._run("stop")
+
+
+@pytest.fixture(scope="module")
+def clickhouse_shards(tmp_path_factory):
+    shards = ClickHouseShards(tmp_path_factory.mktemp("clickhouse-shards"))
+    shards.start()
+    yield shards
+    shards.stop()
+
+
 @pytest.fixture(scope="module")
 def own_clickhouse(tmp_path_factory):
     """A dedicated ClickHouse server (the chdb one) that a test may stop and start."""
@@ -161,6 +249,22 @@ def own_clickhouse(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def cpu_burner():
+    """The machine kept busy while the test runs (one spinning process per core, at normal priority), so that a
+    result that depends on timing (a consumer reading one partition far ahead of another, a batch cut at another
+    place, a wall-clock bound) shows as a failure rather than a flake. Yields how many processes spin."""
+    n = os.cpu_count() or 2
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield n
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
 
 
 @pytest.fixture(autouse=True, scope="session")

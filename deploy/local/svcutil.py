@@ -77,6 +77,32 @@ def spawn(argv: list[str], cwd: Path, log_file: Path, env: dict | None = None) -
         )
 
 
+def write_ports(path: Path, ports: dict[int, tuple[int, int]]) -> None:
+    """The two ports of each member of a cluster, one line each: ``member first second``."""
+    path.write_text("".join(f"{m} {a} {b}\n" for m, (a, b) in sorted(ports.items())))
+
+
+def read_ports(path: Path) -> dict[int, tuple[int, int]]:
+    ports = {}
+    for line in path.read_text().splitlines():
+        member, first, second = map(int, line.split())
+        ports[member] = (first, second)
+    return ports
+
+
+def wait_all(procs: dict, ready, what: str, timeout_s: float) -> None:
+    """Wait until ``ready(name)`` holds for every ``name -> process`` of ``procs``; die if one exits or the time runs
+    out."""
+    t0 = time.monotonic()
+    for name, proc in procs.items():
+        while not ready(name):
+            if proc.poll() is not None:
+                die(f"{what} {name} exited with code {proc.returncode} while starting")
+            if time.monotonic() - t0 > timeout_s:
+                die(f"{what} {name} not ready after {timeout_s:.0f} s")
+            time.sleep(0.1)
+
+
 def stop_pid(pid_file: Path, marker: str, name: str, grace: float = 30.0) -> None:
     """SIGTERM the PID in pid_file, SIGKILL after `grace` seconds; idempotent."""
     pid = running_pid(pid_file, marker)

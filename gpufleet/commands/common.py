@@ -130,7 +130,8 @@ def settings_of(args) -> Settings:
 def connect(settings: Settings, create: bool):
     from gpufleet.sql.store import Store
     s = settings.store
-    return Store.connect(s.dsn, s.database, s.password.get_secret_value() if s.password else None, create=create)
+    return Store.connect(s.dsn, s.database, s.password.get_secret_value() if s.password else None, create=create,
+                         cluster=s.cluster)
 
 
 KEPT_WHEN_FRESH = ("silences",)      # an operator's own entries, which a recreated demo database keeps

@@ -22,6 +22,11 @@ def cmd_publish(args) -> int:
         raise UsageError(f"{args.prog}: argument FILE: no such file {args.file!r}")
     settings = load_settings(args.config, **kafka_overrides(args))
     topic = settings.kafka.telemetry_topic
+    key = settings.kafka.control_key
+    if args.end and key is None:
+        raise UsageError("gpufleet publish: setting kafka.control_key (GPUFLEET_KAFKA__CONTROL_KEY): not set; --end "
+                         "sends an end-of-stream marker, which the workers act on only when it is signed with the key "
+                         "they hold")
     try:
         ensure_topics(settings.kafka.bootstrap, {topic: settings.kafka.partitions})
     except (KafkaUnavailable, ValueError) as err:
@@ -51,7 +56,8 @@ def cmd_publish(args) -> int:
         print(f"gpufleet publish: {source.error}; the lines before it were published", file=sys.stderr)
         failed = True
     if args.end:
-        parts = produce_to_every_partition(settings.kafka.bootstrap, topic, end_of_stream(time.time(), check.newest))
+        parts = produce_to_every_partition(settings.kafka.bootstrap, topic, end_of_stream(
+            time.time(), check.newest, key.get_secret_value().encode() if key is not None else None))
         print(f"sent the end-of-stream marker to the {parts} partitions: the workers flush every open window, "
               f"as replay does; `gpufleet status --wait` tells when all is processed")
     return 1 if failed else 0

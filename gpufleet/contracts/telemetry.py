@@ -10,6 +10,8 @@ This module depends on pydantic only, so that collectors stay light.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from typing import Annotated, Literal
 
@@ -205,31 +207,46 @@ def check_clock(msg: Telemetry, now: float, max_skew_s: float) -> None:
 
 # -- control messages on the telemetry topic --------------------------------------------------------------
 CONTROL_SCHEMA = "gpufleet.control.v1"
+CONTROL_KINDS = ("end_of_stream",)       # the kinds a worker acts on; any other is dead-lettered
 _CONTROL_MARK = CONTROL_SCHEMA.encode()
+_SIGNED = ("schema", "kind", "sent_at", "newest")
 
 
-def end_of_stream(sent_at: float, newest: float | None = None) -> bytes:
+def end_of_stream(sent_at: float, newest: float | None = None, key: bytes | None = None) -> bytes:
     """The marker `gpufleet publish --end` sends to every partition after a recording: the workers flush
     every open window as `replay` does at the end of its input. ``newest``: the newest ``ts`` of the recording
-    (a node silent for ``stream.silent_after_s`` before it is silenced, as replay does)."""
-    return json.dumps({"schema": CONTROL_SCHEMA, "kind": "end_of_stream", "sent_at": sent_at,
-                       "newest": newest}).encode()
+    (a node silent for ``stream.silent_after_s`` before it is silenced, as replay does). ``key``
+    (``kafka.control_key``) signs it: a worker acts only on a marker signed with its own key."""
+    doc: dict = {"schema": CONTROL_SCHEMA, "kind": "end_of_stream", "sent_at": sent_at, "newest": newest}
+    if key is not None:
+        doc["sig"] = control_signature(key, doc)
+    return json.dumps(doc).encode()
+
+
+def control_signature(key: bytes, doc: dict) -> str:
+    """HMAC-SHA256 of a control message's fields (sorted, compact JSON), hex."""
+    body = json.dumps({k: doc.get(k) for k in _SIGNED}, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
 def control_newest(payload: str | bytes) -> float | None:
     """The ``newest`` of an end-of-stream marker (None: none given, or not a marker)."""
     try:
         doc = json.loads(payload)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError, TypeError):
         return None
     v = doc.get("newest") if isinstance(doc, dict) else None
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v == v else None
 
 
-def control_kind(payload: str | bytes | dict) -> str | None:
-    """The kind of a control message (``end_of_stream``), or None for anything else (telemetry, or junk)."""
+def control_kind(payload: str | bytes | dict | None) -> str | None:
+    """The kind of a control message (``end_of_stream``, or one this gpufleet does not know), or None for anything
+    else (telemetry, junk, a record without a value)."""
+    if payload is None:
+        return None
     if isinstance(payload, dict):
-        return payload.get("kind") if payload.get("schema") == CONTROL_SCHEMA else None
+        kind = payload.get("kind") if payload.get("schema") == CONTROL_SCHEMA else None
+        return kind if isinstance(kind, str) else None
     raw = payload.encode() if isinstance(payload, str) else payload
     if _CONTROL_MARK not in raw[:200]:
         return None
@@ -239,3 +256,22 @@ def control_kind(payload: str | bytes | dict) -> str | None:
         return None
     kind = doc.get("kind") if isinstance(doc, dict) and doc.get("schema") == CONTROL_SCHEMA else None
     return kind if isinstance(kind, str) else None
+
+
+def control_problem(payload: str | bytes | dict | None, key: bytes | None) -> str | None:
+    """Why a worker must not act on a control message (the reason it is dead-lettered with), or None: its kind
+    is one this gpufleet knows and it is signed with ``key`` (``kafka.control_key``). Anyone who can write to
+    the topic can write a marker; only the holder of the key can make the workers flush."""
+    kind = control_kind(payload)
+    if kind is None:
+        return "(message): not a control message"
+    if kind not in CONTROL_KINDS:
+        return f"kind: {kind[:40]!r} is not a control message this gpufleet knows ({', '.join(CONTROL_KINDS)})"
+    if key is None:
+        return ("sig: a control message is acted on only when signed with kafka.control_key, and this worker "
+                "has none")
+    doc = payload if isinstance(payload, dict) else json.loads(payload or b"")
+    sig = doc.get("sig")
+    if not isinstance(sig, str) or not hmac.compare_digest(sig, control_signature(key, doc)):
+        return "sig: not signed with this worker's kafka.control_key (sent by a producer that does not hold it)"
+    return None

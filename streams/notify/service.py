@@ -83,8 +83,10 @@ def build(settings, routes: Routes, store, keep_pending: bool) -> Parts:
     return parts
 
 
-def read_alert(value: bytes) -> tuple[object, str | None]:
-    """A message of the alert topic: the alert, or why it is not one (any bytes at all give one or the other)."""
+def read_alert(value: bytes | None) -> tuple[object, str | None]:
+    """A message of the alert topic: the alert, or why it is not one (any record at all gives one or the other)."""
+    if value is None:
+        return None, "(message): no value (a tombstone: alerts are never deleted)"
     try:
         event = json.loads(value)
     except (ValueError, RecursionError) as err:
@@ -104,7 +106,7 @@ class DeadLetters:
 
     def __call__(self, letters: list[tuple[str, str, str, object]]) -> None:
         """``(reason code, reason, source, payload)`` each."""
-        records = [dead_letter(code, reason, source, time.time(),
+        records = [dead_letter(code, reason, source, time.time(), "" if value is None else
                                value if isinstance(value, bytes | str) else json.dumps(value))
                    for code, reason, source, value in letters]
         self.publisher(records)

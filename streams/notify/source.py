@@ -70,7 +70,8 @@ class AlertSource:
             self.ends_at_assign.pop(p, None)
         log.info("partitions revoked: %s", ", ".join(f"{self.topic}/{p}" for p in sorted(gone)) or "none")
 
-    def poll(self, timeout_s: float, max_messages: int = 500) -> list[tuple[tuple[int, int], bytes]]:
+    def poll(self, timeout_s: float, max_messages: int = 500) -> list[tuple[tuple[int, int], bytes | None]]:
+        """``((partition, offset), value)`` of the messages read; a tombstone's value is None."""
         out = []
         for msg in self.consumer.consume(num_messages=max_messages, timeout=timeout_s):
             err = msg.error()
@@ -85,7 +86,7 @@ class AlertSource:
             if p is None or o is None or p not in self.seen:
                 continue
             self.seen[p].append(o)
-            out.append(((p, o), msg.value() or b""))
+            out.append(((p, o), msg.value()))
         return out
 
     def redelivered(self, ref: tuple[int, int]) -> bool:

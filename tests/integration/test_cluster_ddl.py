@@ -60,3 +60,18 @@ def test_each_cluster_migration_records_itself_as_the_single_server_one_would():
     assert any(s.startswith("CREATE TABLE IF NOT EXISTS billing_ledger_all") and "cityHash64(gpu_uuid)" in s
                for s in ledger)
     assert any(s.startswith("ALTER TABLE gpu_rollup_1m_all ON CLUSTER") and "rented_ms" in s for s in ledger)
+
+
+def test_the_plain_rendering_is_the_same_layout_without_replication(embedded_store):
+    render = render_module()
+    plain, replicated = render.rendered(replicated=False), render.rendered()
+    assert sorted(plain) == sorted(replicated)
+    for name, text in plain.items():
+        ours, theirs = statements(text), statements(replicated[name])
+        assert len(ours) == len(theirs), name                   # statement for statement
+        for s in ours:
+            assert "ON CLUSTER" not in s and "Replicated" not in s, (name, s)
+            (formatted,), = embedded_store.query("SELECT formatQuery(%(q)s)", {"q": s})
+            assert formatted
+    assert any("ENGINE = Distributed('{cluster}', currentDatabase(), billing_ledger, cityHash64(gpu_uuid))" in s
+               for s in statements(plain["0008_billing_ledger.sql"]))

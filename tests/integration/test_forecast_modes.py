@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from test_parity import same_rows
-from test_workers import Workers, gpufleet
+from test_workers import FAR, Workers, gpufleet
 
 from gpufleet.collectors.simulator import DEFAULT_START, FleetSpec, Simulation
 from gpufleet.sql.store import Store
@@ -38,7 +38,7 @@ def replayed(tmp_path_factory):
                                start=DEFAULT_START))
     path = tmp / "telemetry.jsonl"
     path.write_text("".join(json.dumps(m) + "\n" for m in sim.messages()))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}, **FAR}
     dsn = f"chdb://{tmp / 'replay'}"
     out = gpufleet("replay", str(path), "--events", str(tmp / "events.jsonl"), "--dsn", dsn, env=env)
     assert out.returncode == 0, out.stderr

@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 from notify_helpers import incident, make
 
+from gpufleet.contracts.telemetry import end_of_stream
 from gpufleet.settings import load_settings
 from gpufleet.sql.store import Store
 from gpufleet.streams.kafka import consume, ensure_topics, group_progress, produce
@@ -460,7 +461,9 @@ def test_poison_on_the_alert_topic_is_dead_lettered_and_every_alert_around_it_de
     pairs = storm(20)
     good = [json.dumps(f).encode() for f, _ in pairs]
     poison = [b'{"a":' * 50_000 + b"}" * 50_000, b"\xff\xfe", b"[]", json.dumps({**pairs[0][0], "id": 7}).encode(),
-              json.dumps({**pairs[1][0], "evidence": "text", "id": "x1"}).encode()]
+              json.dumps({**pairs[1][0], "evidence": "text", "id": "x1"}).encode(),
+              # another producer's: a tombstone, a control message of an unknown kind, an end-of-stream marker
+              None, json.dumps({"schema": "gpufleet.control.v1", "kind": "rewind"}).encode(), end_of_stream(1.0)]
     try:
         produce(kafka_bootstrap, topic, [("k", v) for v in good[:10] + poison + good[10:]])
         wait_until(lambda: len(receiver.received("/hook")) >= 20, 60, "every good alert")
@@ -472,6 +475,7 @@ def test_poison_on_the_alert_topic_is_dead_lettered_and_every_alert_around_it_de
     dead = [json.loads(v) for _, v in consume(kafka_bootstrap, service.dead_letter_topic(topic),
                                               f"check-{uuid.uuid4().hex[:6]}", idle_timeout_s=5, to_end=True)]
     assert len(dead) == len(poison) and {d["reason_code"] for d in dead} == {"invalid"}
+    assert sum("tombstone" in d["reason"] for d in dead) == 1
     assert all(d["source"].startswith(f"{topic}/") and d["reason"] for d in dead)
     assert metrics["gpufleet_notify_dead_letters_total"] == len(poison)
 

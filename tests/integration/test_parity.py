@@ -74,7 +74,8 @@ def run_embedded(path, store):
     return pipeline, collected
 
 
-def test_kafka_shuffled_equals_embedded_ordered(fleet, embedded_store, server_store, kafka_bootstrap, topic):
+def test_kafka_shuffled_equals_embedded_ordered(fleet, embedded_store, server_store, kafka_bootstrap, topic,
+                                                cpu_burner):
     path, messages = fleet
     reference, ref_events = run_embedded(path, embedded_store)
 
@@ -84,7 +85,7 @@ def test_kafka_shuffled_equals_embedded_ordered(fleet, embedded_store, server_st
     produced = produce(kafka_bootstrap, name, ((m["node"], json.dumps(m).encode()) for m in arrival))
     assert produced == len(arrival) > len(messages)
 
-    pipeline, kafka_events = Pipeline(CFG), []
+    pipeline, kafka_events = Pipeline(CFG, partitions=4), []     # four partitions, read however far apart
     events = embedded.JsonLines(None)
     events.write = kafka_events.extend
     source = consume(kafka_bootstrap, name, f"parity-{name}", stop_after=produced, idle_timeout_s=30)

@@ -23,6 +23,7 @@ from gpufleet.streams.stages import JobStage, NodeStage, saved
 
 P = 4
 CFG = StreamConfig()
+KEY = b"control key"
 TP = namedtuple("TP", "topic partition")
 
 
@@ -74,13 +75,16 @@ class Worker:
     def __init__(self, log: Log):
         self.tables = {name: MemoryTable() for name in ("nodes", "jobs", "clocks")}
         self.store = MemoryStore()
-        pipeline = Pipeline(CFG, live=False, route_jobs=False, load_node=saved(self.tables["nodes"],
-                                                                                NodeProcessor.from_state),
-                            load_job=saved(self.tables["jobs"], JobProcessor.from_state))
+        def junk(table):              # as the worker does: a changelog value no gpufleet saved is dead-lettered
+            return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
+        pipeline = Pipeline(CFG, live=False, route_jobs=False,
+                            load_node=saved(self.tables["nodes"], NodeProcessor.from_state, junk("nodes")),
+                            load_job=saved(self.tables["jobs"], JobProcessor.from_state, junk("jobs")))
         topics = Topics("alerts", "dlq", "by-job", P, other={BILLING_SCHEMA: "billing"})
         rebalances, metrics = Rebalances(), WorkerMetrics()
-        self.node = Stage("node", NodeStage(pipeline, self.tables["clocks"], live=False,
-                                            assigned=lambda: set(range(P))), Sink(self.store, 1, 0), log,
+        nodes = NodeStage(pipeline, self.tables["clocks"], live=False, assigned=lambda: set(range(P)),
+                          control_key=KEY)
+        self.node = Stage("node", nodes, Sink(self.store, 1, 0), log,
                           {"nodes": self.tables["nodes"], "clocks": self.tables["clocks"]}, topics, rebalances,
                           metrics)
         self.job = Stage("job", JobStage(pipeline, self.tables["jobs"], self.tables["clocks"], P),
@@ -106,7 +110,7 @@ def by_partition(messages):
     for m in messages:
         parts[zlib.crc32(m["node"].encode()) % P].append(json.dumps(m).encode())
     for part in parts:
-        part.append(end_of_stream(0.0))
+        part.append(end_of_stream(0.0, key=KEY))
     return parts
 
 

@@ -19,7 +19,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_rules_are_valid():
     out = promtool("check", "rules", "gpufleet.rules.yml")
-    assert out.returncode == 0 and "SUCCESS: 11 rules found" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "SUCCESS: 12 rules found" in out.stdout, out.stdout + out.stderr
 
 
 def test_the_rules_unit_tests_pass_and_fail_when_a_rule_changes(tmp_path):
@@ -34,3 +34,8 @@ def test_the_rules_unit_tests_pass_and_fail_when_a_rule_changes(tmp_path):
     broken = subprocess.run(["promtool", "test", "rules", "gpufleet.rules.test.yml"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert broken.returncode != 0 and "GpufleetTelemetryStale" in broken.stdout + broken.stderr
+    rules.write_text(re.sub(r"gpufleet_worker_partition_stuck\) == 1", "gpufleet_worker_partition_stuck) == 2",
+                            (RULES / "gpufleet.rules.yml").read_text()))
+    broken = subprocess.run(["promtool", "test", "rules", "gpufleet.rules.test.yml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert broken.returncode != 0 and "GpufleetWorkerPartitionStuck" in broken.stdout + broken.stderr

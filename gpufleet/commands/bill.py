@@ -7,6 +7,7 @@ import sys
 
 from gpufleet.errors import UsageError
 
+from . import COMMANDS
 from .common import (
     Parser,
     Progress,
@@ -144,7 +145,7 @@ def cmd_export(args) -> int:
 
 
 def add_bill(sub) -> None:
-    s = sub.add_parser("bill", help="a month's invoice-like summary per tenant; rerate, close, capacity, export",
+    s = sub.add_parser("bill", help=COMMANDS["bill"].summary,
                        description="Print, per tenant, a month's billing from the ledger: a line per pool and GPU "
                                    "model with rented, busy and idle hours, the idle time's cost, hours billed "
                                    "across telemetry gaps and the amount; the total; waste beyond idle (rentals "

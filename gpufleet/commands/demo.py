@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from . import COMMANDS
 from .common import fleet_options, settings_of, spec_of, store_options, tee, writable_store
 from .embedded import notifier_of, print_run, run_embedded
 from .notify import finish
@@ -50,7 +51,7 @@ def cmd_demo(args) -> int:
 
 
 def add_demo(sub) -> None:
-    s = sub.add_parser("demo", help="simulate a fleet, run it through the embedded pipeline, print a summary",
+    s = sub.add_parser("demo", help=COMMANDS["demo"].summary,
                        description="Simulate a fleet, run its telemetry through the embedded pipeline into "
                                    "ClickHouse (in-process), then print a fleet summary read back with SQL.")
     fleet_options(s, start_default=None)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from gpufleet.errors import UsageError
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     Parser,
     kafka_overrides,
@@ -410,7 +411,7 @@ def _rentals_option(m) -> None:
 
 
 def add_forecast(sub) -> None:
-    s = sub.add_parser("forecast", help="demand forecasts: backtest on a series, or make them from the store",
+    s = sub.add_parser("forecast", help=COMMANDS["forecast"].summary,
                        description="Forecast each pool's demand 48 hours ahead with a p10-p90 band: backtest the "
                                    "forecaster on any demand series against naive baselines, or run the forecast "
                                    "process that makes forecasts and scale decisions from the store.")
@@ -440,7 +441,7 @@ def add_forecast(sub) -> None:
 
 
 def add_scale(sub) -> None:
-    s = sub.add_parser("scale", help="replay a demand series through a scale policy",
+    s = sub.add_parser("scale", help=COMMANDS["scale"].summary,
                        description="Scale policies: replay a demand series through one.")
     ssub = s.add_subparsers(dest="scale_command", metavar="ACTION", parser_class=Parser)
     ssub.required = True

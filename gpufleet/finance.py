@@ -20,17 +20,15 @@ from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 
+from gpufleet.contracts import tables
 from gpufleet.streams import ledger
 from gpufleet.streams.billing.commitments import Month, allocate, month_seconds
 from gpufleet.streams.billing.prices import Tariff, money
 from gpufleet.streams.billing.rerate import MONEY_FIELDS, differs, reprice
 from gpufleet.streams.sink import LEDGER
 
-AUDIT_COLUMNS = ("rerate_id", "at", "reason", "gpu_uuid", "tenant", "job", "period_start", "pool", "currency",
-                 "old_version", "new_version", "old_mode", "new_mode", "old_amount", "new_amount", "old_idle_amount",
-                 "new_idle_amount", "applied_to")
-COMMITMENT_COLUMNS = ("month", "commitment", "tenant", "pool", "currency", "gpus", "committed_hours", "used_hours",
-                      "billed_amount", "amortized_amount", "unused_amount", "covered_amount", "closed_at")
+AUDIT, COMMITMENT_LEDGER, MONTHS = tables.BILLING_RERATE_AUDIT, tables.BILLING_COMMITMENT_LEDGER, tables.BILLING_MONTHS
+AUDIT_COLUMNS, COMMITMENT_COLUMNS = AUDIT.columns, COMMITMENT_LEDGER.columns
 D6 = Decimal("0.000001")
 
 
@@ -104,7 +102,7 @@ def rerate(store, tariff: Tariff, start: dt.datetime, end: dt.datetime, reason: 
 
 def _write_rerate(store, audit: list, fresh: list, adjustments: list) -> None:
     # the audit first: a re-rating cut short leaves an audit row too many, never a change without one
-    store.write("billing_rerate_audit", AUDIT_COLUMNS, audit, dedup=False)
+    store.write(AUDIT.name, AUDIT_COLUMNS, audit, dedup=False)
     store.write(LEDGER.name, (*ledger.LEDGER_COLUMNS, "rerated_at"), fresh, dedup=False)
     store.write(ledger.ADJUSTMENTS.name, ledger.ADJUSTMENTS.columns, adjustments, dedup=False)
 
@@ -182,9 +180,9 @@ def close(store, tariff: Tariff, month: dt.date, reason: str, now: float | None 
                        {"m": month})[0][0]
     commitments = [r for found in commitment_months(store, tariff, month).values() for r in found]
     at = round(now * 1000)
-    store.write("billing_commitment_ledger", COMMITMENT_COLUMNS,
+    store.write(COMMITMENT_LEDGER.name, COMMITMENT_COLUMNS,
                 [tuple({**r, "closed_at": at}[c] for c in COMMITMENT_COLUMNS) for r in commitments])
-    store.write("billing_months", ("month", "closed_at", "reason"), [(month, at, reason)])
+    store.write(MONTHS.name, MONTHS.columns, [MONTHS.row(month=month, closed_at=at, reason=reason)])
     return {"month": month, "already": False, "commitments": len(commitments), "rows": rows}
 
 

@@ -12,15 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.contracts.output import Table
+from gpufleet.contracts import tables
 
 FORECAST_SCHEMA: Literal["gpufleet.forecast.v1"] = "gpufleet.forecast.v1"
 SCALE_SCHEMA: Literal["gpufleet.scale.v1"] = "gpufleet.scale.v1"
 
-FORECASTS = Table("forecasts", ("pool", "made_at", "ts", "step_s", "demand_gpus", "p10", "p90", "method"))
-SCALE_EVENTS = Table("scale_events", ("pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason",
-                                      "dry_run", "lead_time_s", "capacity_gpus", "request_gpus", "request_from",
-                                      "request_until", "request_p90", "changed"))
+FORECASTS, SCALE_EVENTS = tables.FORECASTS, tables.SCALE_EVENTS
 
 
 def topic_names(settings) -> dict[str, str]:

@@ -14,16 +14,16 @@ import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gpufleet.contracts import tables
 from gpufleet.contracts.events import alert
-from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
 
 from .billing.prices import Tariff, default_tariff
 from .config import StreamConfig
 
-IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "node", "pool", "gpu_index", "tenant",
-                                      "job", "duration_s", "samples", "max_util_pct", "end_reason", "open"))
+IDLE_WINDOWS = tables.IDLE_WINDOWS
 
 
 @dataclass(slots=True)

@@ -15,16 +15,11 @@ import time
 from collections.abc import Sequence
 from decimal import Decimal
 
-from gpufleet.contracts.output import Table
+from gpufleet.contracts import tables
 
-LEDGER_COLUMNS = (
-    "gpu_uuid", "tenant", "job", "period_start", "period_end", "node", "pool", "gpu_index", "gpu_model", "mig_profile",
-    "gpu_share", "team", "billing_mode", "currency", "samples", "interval_s", "rented_s", "busy_s", "idle_s",
-    "estimated_s", "unbilled_s", "minimum_topup_s", "util_pct", "busy_util_pct", "price_per_gpu_hour", "amount",
-    "idle_amount", "mode_amounts", "data_quality", "underused_s", "unused_amount", "unsold_amount", "price_version",
-    "busy_weighted_s", "idle_weighted_s", "estimated_idle_s")
-ADJUSTMENT_ONLY = ("adjustment_id", "kind", "invoice_month", "at", "reason", "amount_change", "idle_amount_change")
-ADJUSTMENTS = Table("billing_adjustments", (*LEDGER_COLUMNS[:4], *ADJUSTMENT_ONLY, *LEDGER_COLUMNS[4:]))
+LEDGER_COLUMNS = tables.BILLING_LEDGER.columns
+ADJUSTMENTS = tables.BILLING_ADJUSTMENTS
+ADJUSTMENT_ONLY = tuple(c for c in ADJUSTMENTS.columns if c not in LEDGER_COLUMNS)
 LATE, RERATE = "late usage", "rerate"
 _AT = {c: i for i, c in enumerate(LEDGER_COLUMNS)}
 

@@ -13,18 +13,16 @@ import time
 from collections.abc import Sequence
 from decimal import Decimal
 
+from gpufleet.contracts import tables
 from gpufleet.contracts.events import ALERT_SCHEMA, BILLING_SCHEMA
-from gpufleet.contracts.output import Table
+from gpufleet.contracts.tables import Table
 from gpufleet.sql import StoreUnavailable
 
 from . import ledger
 
 log = logging.getLogger("gpufleet.sink")
 
-ALERTS = Table("alerts", ("id", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant", "pool",
-                          "started_at", "detected_at", "resolved_at", "score", "summary", "evidence"))
-DEAD_LETTERS = Table("dead_letters", ("received_at", "reason_code", "reason", "source", "payload"), dedup=False)
-LEDGER = Table("billing_ledger", ledger.LEDGER_COLUMNS)
+ALERTS, DEAD_LETTERS, LEDGER = tables.ALERTS, tables.DEAD_LETTERS, tables.BILLING_LEDGER
 
 
 def _ms(t: float | None) -> int | None:

@@ -7,14 +7,14 @@ from gpufleet.contracts.state import StateError, check_version
 from gpufleet.contracts.telemetry import Telemetry
 from gpufleet.models.detectors import Detection, NodeDetectors
 
+from .billing.metering import Metering
 from .billing.prices import Tariff, default_tariff
+from .billing.underuse import UnderuseTracker
 from .config import StreamConfig
 from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
-from .metering import Metering
 from .rollups import MinuteRollups
 from .samples import sample_rows
-from .underuse import UnderuseTracker
 
 SILENT_LEAVE_S = 0.001     # a silent node leaves its jobs just after its last sample (its last job sample is at it)
 STATE_VERSION = 5       # 4: metering, and rented time in the GPU rollups; 5: detectors by kind

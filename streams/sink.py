@@ -18,7 +18,7 @@ from gpufleet.contracts.events import ALERT_SCHEMA, BILLING_SCHEMA
 from gpufleet.contracts.tables import Table
 from gpufleet.sql import StoreUnavailable
 
-from . import ledger
+from .billing import ledger
 
 log = logging.getLogger("gpufleet.sink")
 

@@ -20,7 +20,7 @@ from .common import (
 
 
 def check_month(prog: str, text: str | None, flag: str = "--month") -> dt.date:
-    from gpufleet import bill
+    from gpufleet.streams.billing import invoice as bill
     if text is None:
         raise UsageError(f"{prog}: argument {flag} is required (YYYY-MM)")
     try:
@@ -35,7 +35,7 @@ def _tariff(settings):
 
 
 def cmd_bill(args) -> int:
-    from gpufleet import bill
+    from gpufleet.streams.billing import invoice as bill
     if getattr(args, "bill_command", None):
         return args.bill_fn(args)
     check_month(args.prog, args.month)
@@ -70,7 +70,7 @@ def when(prog: str, flag: str, text: str) -> dt.datetime:
 
 
 def cmd_rerate(args) -> int:
-    from gpufleet import finance
+    from gpufleet.streams.billing import finance
     start, end = when(args.prog, "--from", args.start), when(args.prog, "--to", args.end)
     if end <= start:
         raise UsageError(f"{args.prog}: argument --to: {args.end!r} is not after --from {args.start!r}")
@@ -95,7 +95,7 @@ def cmd_rerate(args) -> int:
 
 
 def cmd_close(args) -> int:
-    from gpufleet import finance
+    from gpufleet.streams.billing import finance
     month = check_month(args.prog, args.month)
     if not args.reason.strip():
         raise UsageError(f"{args.prog}: argument --reason: {args.reason!r} is empty")
@@ -117,7 +117,7 @@ def cmd_close(args) -> int:
 
 
 def cmd_capacity(args) -> int:
-    from gpufleet import finance
+    from gpufleet.streams.billing import finance
     month = check_month(args.prog, args.month)
     settings = settings_of(args)
     store = readable_store(settings)
@@ -130,7 +130,7 @@ def cmd_capacity(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from gpufleet import focus
+    from gpufleet.streams.billing import focus
     month = check_month(args.prog, args.month)
     settings = settings_of(args)
     store = readable_store(settings)
@@ -149,7 +149,7 @@ def cmd_export(args) -> int:
 # -- text output ----------------------------------------------------------------------------------------------
 def invoice_text(bill: dict, compare_modes: bool = False, underuse_pct: float = 60.0) -> str:
     """The invoices as text tables, one per tenant and currency."""
-    from gpufleet.bill import LINE_COLUMNS, _cents, _money
+    from gpufleet.streams.billing.invoice import LINE_COLUMNS, _cents, _money
     if not bill["invoices"]:
         return f"no billing records for {bill['month']}"
     parts = []
@@ -212,7 +212,7 @@ def invoice_text(bill: dict, compare_modes: bool = False, underuse_pct: float = 
 def capacity_text(rows: list[dict], month: dt.date, currency: str, fmt: str, hourly: bool) -> str:
     """``bill capacity``: per pool and day (or hour), installed, rented and unsold GPU-hours and the unsold ones
     at list price, with each pool's month."""
-    from gpufleet import bill
+    from gpufleet.streams.billing import invoice as bill
     lines, pools = bill.capacity_lines(rows, hourly)
     if fmt == "json":
         return bill.capacity_json(lines, pools, month, currency)

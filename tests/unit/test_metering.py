@@ -1,4 +1,4 @@
-"""Metering by the rules of streams/metering.py, on hand-made telemetry: what each sample covers, idle exactly
+"""Metering by the rules of streams/billing/metering.py, on hand-made telemetry: what each sample covers, idle exactly
 as the idle windows, when a period's record goes out, gaps by policy, minimum charges, MIG shares, restarts."""
 import json
 from decimal import Decimal
@@ -256,7 +256,7 @@ def test_a_node_restored_mid_run_from_its_saved_state_bills_what_the_running_one
 
 def test_a_saved_billing_record_keeps_its_fields_by_name_and_counters_that_are_not_integers_are_refused():
     from gpufleet.contracts.state import StateError
-    from gpufleet.streams.metering import COUNTERS, Record
+    from gpufleet.streams.billing.metering import COUNTERS, Record
 
     rec = Record(1_796_083_200, "acme", "train-1", "pool-a", "H100", 3, None)
     rec.rented, rec.util_sum = 3_600_000, 100_000 * 3_600_000

@@ -7,11 +7,11 @@ from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.contracts.state import StateError, load_fields, pack, save_fields, unpack
 from gpufleet.models.detectors import JobDetectors, NodeDetectors, io_starvation, memory_leak, straggler
 from gpufleet.models.detectors.base import Incident, Incidents
+from gpufleet.streams.billing.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.eventtime import Gate
 from gpufleet.streams.idle import IdleTracker, Run
 from gpufleet.streams.jobs import GpuSums, JobMinute, JobProcessor
-from gpufleet.streams.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.node import NodeProcessor
 from gpufleet.streams.pipeline import Pipeline
 from gpufleet.streams.rollups import GpuMinutes, MinuteRollups, NodeMinute

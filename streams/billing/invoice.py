@@ -14,7 +14,7 @@ import json
 import re
 from decimal import Decimal
 
-from gpufleet.streams.billing.prices import money
+from .prices import money
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 HOUR = Decimal(3600)
@@ -77,8 +77,8 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
     """The month's invoices: ``{"month": ..., "invoices": [...]}``, one per tenant and currency: the usage lines
     (the ledger's amounts in the tenant's mode), the commitments (billed whether used or not; the usage they cover
     comes off), the adjustments to closed months invoiced this month, and what is due."""
-    from gpufleet import finance
-    from gpufleet.streams.billing.prices import Tariff
+    from . import finance
+    from .prices import Tariff
     tariff = tariff or Tariff()
     first = month_start(month)
     params: dict = {"month": first}
@@ -136,8 +136,8 @@ def _compare(store, tariff, first: dt.date, where: str, params: dict, invoices: 
     interruptions (billing.spot_interruption_pct) and billed by use; the cheapest complete one marked."""
     from fractions import Fraction
 
-    from gpufleet import finance
-    from gpufleet.streams.billing.commitments import best_size
+    from . import finance
+    from .commitments import best_size
     p = Fraction(tariff.config.spot_interruption_pct) / 100
     names, rows = store.select(MODES.format(tenant=where), params)
     usage = finance.usage_by_period(store, first, tenant)

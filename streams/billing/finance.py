@@ -9,7 +9,7 @@ else here reads.
   ``billing_adjustments``, invoiced in the first open month after it. Running it again changes nothing.
 - **Month close** (:func:`close`) freezes a month that is over: ``billing_months`` records it, and the month's
   commitments are written to ``billing_commitment_ledger`` as they stand. From then on late records and
-  re-ratings of the month become adjustments (streams/ledger.py).
+  re-ratings of the month become adjustments (streams/billing/ledger.py).
 """
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ from decimal import Decimal
 from fractions import Fraction
 
 from gpufleet.contracts import tables
-from gpufleet.streams import ledger
-from gpufleet.streams.billing.commitments import Month, allocate, month_seconds
-from gpufleet.streams.billing.prices import Tariff, money
-from gpufleet.streams.billing.rerate import MONEY_FIELDS, differs, reprice
-from gpufleet.streams.sink import LEDGER
+
+from . import ledger
+from .commitments import Month, allocate, month_seconds
+from .prices import Tariff, money
+from .rerate import MONEY_FIELDS, differs, reprice
+
+LEDGER = tables.BILLING_LEDGER
 
 AUDIT, COMMITMENT_LEDGER, MONTHS = tables.BILLING_RERATE_AUDIT, tables.BILLING_COMMITMENT_LEDGER, tables.BILLING_MONTHS
 AUDIT_COLUMNS, COMMITMENT_COLUMNS = AUDIT.columns, COMMITMENT_LEDGER.columns

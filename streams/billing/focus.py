@@ -27,9 +27,9 @@ from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 
-from gpufleet.streams import ledger
-from gpufleet.streams.billing.commitments import allocate
-from gpufleet.streams.billing.prices import Tariff, money
+from . import ledger
+from .commitments import allocate
+from .prices import Tariff, money
 
 FOCUS_VERSION = "1.0"
 COLUMNS = (

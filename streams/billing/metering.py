@@ -28,20 +28,28 @@ emits every record.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 from gpufleet.contracts.events import BILLING_SCHEMA
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
 
-from .billing.metered import Metered
-from .billing.prices import Tariff, money
-from .config import StreamConfig
-from .idle import Run
+from ..config import StreamConfig
+from .metered import Metered
+from .prices import Tariff, money
 
 INF = float("inf")
+
+
+class IdleRun(Protocol):
+    """What metering reads of an idle run (streams/idle.py, which runs before it on the same samples)."""
+
+    start: float                  # ts of its first sample
+    detected: float | None        # ts of the sample that completed the idle window, None while it has not
 UTIL_SCALE = 1000          # utilization kept in thousandths of a percent: sums of util x ms stay integers
 
 
@@ -226,7 +234,7 @@ class Metering:
         self.seq: int | None = None
         self.due = INF                          # ms: the earliest end of a period with a record
 
-    def add(self, msg: Telemetry, runs: dict[str, Run], cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
+    def add(self, msg: Telemetry, runs: Mapping[str, IdleRun], cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
         """One message, after the idle tracker: ``runs`` are its open runs by GPU uuid."""
         bc = tariff.config
         period = bc.period_s * 1000

@@ -20,7 +20,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
 
-from .billing.prices import Tariff, default_tariff
+from .billing.prices import Tariff
 from .config import StreamConfig
 
 IDLE_WINDOWS = tables.IDLE_WINDOWS
@@ -89,9 +89,8 @@ class IdleTracker:
     def __init__(self):
         self.runs: dict[str, Run] = {}
 
-    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output, tariff: Tariff | None = None) -> None:
-        """One message; ``tariff`` prices the idle time (default: the default price table)."""
-        tariff = tariff or default_tariff()
+    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output, tariff: Tariff) -> None:
+        """One message; ``tariff`` prices the idle time."""
         currency = tariff.config.currency
         ts, runs, threshold = msg.ts, self.runs, cfg.idle_threshold_pct
         interval = msg.interval_s or cfg.default_interval_s

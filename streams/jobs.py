@@ -21,7 +21,7 @@ from gpufleet.contracts import tables
 from gpufleet.contracts.jobsample import CLOCK, POWER, UTIL, UUID
 from gpufleet.contracts.output import Output, source_of
 from gpufleet.contracts.state import StateError, check_version, load_fields, save_fields
-from gpufleet.models.detectors import Detection, JobDetectors
+from gpufleet.models.detectors import Detection, JobContext, JobDetectors, JobItem
 
 STATE_VERSION = 3
 
@@ -200,7 +200,8 @@ class JobProcessor:
         self.tenant, self.pool = sample["tenant"], sample["pool"]
         self.acc.add(node, ts, sample["gpus"])
         if detection is not None:
-            self.detect.add(self.job, ts, node, sample, self.tenant, self.pool, detection, out)
+            self.detect.add(JobItem(ts, node, sample), detection,
+                            JobContext(self.job, self.tenant, self.pool, out, detection.recorder))
 
     def close(self, out: Output) -> None:
         """Emit the open minute's job rollup."""

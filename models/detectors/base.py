@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Self
 
 from gpufleet.contracts.events import alert
@@ -44,6 +44,66 @@ class Decider(Protocol):
     def score(self, x: list[float]) -> float: ...
 
     def score_many(self, xs: Sequence[Sequence[float]]) -> list[float]: ...
+
+
+@dataclass
+class NodeFlags:
+    """What the node stage's detectors know that the next ones, and the job stage, must respect."""
+
+    quiet: set[str] = field(default_factory=set)      # GPUs whose process just restarted
+    starved: set[str] = field(default_factory=set)    # jobs starved of input on this node
+
+
+@dataclass
+class NodeContext:
+    """What a node-stage detector gets with each message, besides its model."""
+
+    out: Output
+    tenant_of: dict
+    recorder: Recorder | None
+    flags: NodeFlags
+
+
+@dataclass(frozen=True, slots=True)
+class JobItem:
+    """What a job-stage detector gets: one node's job sample (gpufleet/contracts/jobsample.py), at ``ts``, in
+    (ts, node) order."""
+
+    ts: float
+    node: str
+    sample: dict
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a job-stage detector gets with each sample, besides its model: the job, and where its output goes."""
+
+    job: str
+    tenant: str | None
+    pool: str | None
+    out: Output
+    recorder: Recorder | None
+
+
+class Detector(Protocol):
+    """A kind's detector of one target (a node's messages, or a job's samples): the methods every stage calls,
+    with the same signatures for every kind (checked when the kind registers, models/detectors/__init__.py)."""
+
+    def add(self, item, decider: Decider, ctx) -> None:
+        """One input: a telemetry message and a :class:`NodeContext` (node stage), or a :class:`JobItem` and a
+        :class:`JobContext` (job stage)."""
+
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
+        """A node stopped reporting at ``ts`` (the target's node; for a job, ``node``, one of its nodes): the
+        incidents on it resolve, "no telemetry since"."""
+
+    def end(self, ts: float, out: Output) -> None:
+        """The target is gone (a job from every node): its incidents resolve."""
+
+    def to_state(self) -> dict: ...
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self: ...
 
 
 def window_s(interval: float | None) -> float:

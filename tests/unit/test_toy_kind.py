@@ -1,5 +1,6 @@
 """A new kind of fault is its package and one registry line: a toy kind (a GPU running hot), defined here only,
 goes through the stream, training, evaluation and the fleet page without a line of gpufleet changed."""
+import re
 import types
 
 import pytest
@@ -22,7 +23,7 @@ HOT_C = 85.0
 def toy_package() -> types.ModuleType:
     """A node-stage detector of GPUs that run hot: every epoch, each GPU's mean temperature and utilization."""
     m = types.ModuleType("hot_gpu")
-    m.KIND, m.STAGE, m.LEVEL = "hot_gpu", "node", "gpu"
+    m.KIND, m.STAGE, m.LEVEL, m.RUNBOOK = "hot_gpu", "node", "gpu", "runbooks/hot_gpu.md"
     m.FEATURES = ("temp", "util")
 
     def applies(x):
@@ -67,6 +68,12 @@ def toy_package() -> types.ModuleType:
                         "pool": msg.pool}))
                     temps.append(g.temp_c)
                     utils.append(g.util_pct)
+
+        def silence(self, ts, out, node=None):
+            self.incidents.close_all(ts, describe, out, "no_telemetry")
+
+        def end(self, ts, out):
+            pass
 
         def to_state(self):
             return {"epoch": self.epoch, "incidents": self.incidents.to_state()}
@@ -162,3 +169,28 @@ def test_a_toy_kind_goes_through_the_stream_training_evaluation_and_the_page(pac
     html = pages.fleet_page(data, Window(1.8e9 + 86400, 1.8e9 + 86400 + 7200), 6.0, 0.0)
     assert f'<span class="kind" style="background:#123456">{hot_gpu}</span>' in html
     assert hot_gpu in html
+
+
+@pytest.mark.parametrize("break_it, says", [
+    (lambda m: delattr(m.Detector, "silence"), "Detector has no silence()"),
+    (lambda m: setattr(m.Detector, "add", lambda self, msg, decider: None),
+     "Detector.add(self, msg, decider) must take"),
+    (lambda m: delattr(m, "RUNBOOK"), "RUNBOOK must be its runbook page"),
+    (lambda m: setattr(m, "STAGE", "pool"), "STAGE must be one of"),
+    (lambda m: delattr(m, "describe"), "no describe()"),
+])
+def test_a_kind_that_breaks_the_contract_fails_when_it_registers(break_it, says):
+    m = toy_package()
+    break_it(m)
+    with pytest.raises(TypeError, match=re.escape(says)):
+        register(Kind(m, hold_down_s=60.0, edge_s=60.0, persist_off=2, colour="#f00", delay_goal_s=None,
+                      oom_goals=False, fault=None))
+    assert "hot_gpu" not in KINDS
+
+
+def test_every_shipped_kind_has_its_runbook_page():
+    from conftest import ROOT
+
+    from gpufleet.models.detectors import REGISTRY
+    for kind in REGISTRY.values():
+        assert (ROOT / "docs" / kind.module.RUNBOOK).is_file(), kind.name

@@ -140,9 +140,12 @@ class Detector:
         last epoch but held back (:func:`held_back`): the other detectors leave them all out alike."""
         return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")} | self.held
 
-    def silence(self, ts: float, out: Output) -> None:
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """The node stopped reporting at ``ts``: its incidents resolve, "no telemetry since"."""
         self.incidents.close_all(ts, describe, out, "no_telemetry")
+
+    def end(self, ts: float, out: Output) -> None:
+        """A node's detector never ends: the node goes silent instead."""
 
     def to_state(self) -> dict:
         return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},

@@ -54,6 +54,7 @@ from .constants import (
     RESTART_QUIET_S,
     RUNAWAY_MIN,
     RUNAWAY_STEP,
+    RUNBOOK,
     SHARED_PEERS,
     STAGE,
     WARMUP_MIN,
@@ -64,7 +65,7 @@ from .rules import applies, baseline, decide, held_back, shared, urgent
 from .storage import MemoryTrack, Peaks
 from .wording import describe
 
-__all__ = ["CRITICAL_MIN", "FEATURES", "HISTORY_MINUTES", "KIND", "LEVEL", "LOAD_MINUTES", "RESTART_QUIET_S",
+__all__ = ["RUNBOOK", "CRITICAL_MIN", "FEATURES", "HISTORY_MINUTES", "KIND", "LEVEL", "LOAD_MINUTES", "RESTART_QUIET_S",
            "RUNAWAY_MIN", "RUNAWAY_STEP", "SHARED_PEERS", "STAGE", "WARMUP_MIN", "Detector", "MemoryTrack", "Peaks",
            "applies", "baseline", "decide", "describe", "features", "features_many", "held_back", "minutes_to_oom",
            "oom_estimate", "runaway", "shared", "urgent"]

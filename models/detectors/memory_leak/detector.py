@@ -119,9 +119,12 @@ class Detector:
                 positive = False
             self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
 
-    def silence(self, ts: float, out: Output) -> None:
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """The node stopped reporting at ``ts``: its incidents resolve, "no telemetry since"."""
         self.incidents.close_all(ts, describe, out, "no_telemetry")
+
+    def end(self, ts: float, out: Output) -> None:
+        """A node's detector never ends: the node goes silent instead."""
 
     def to_state(self) -> dict:
         return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}

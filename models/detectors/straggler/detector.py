@@ -8,7 +8,8 @@ from ..base import (
     EPOCH_S,
     Decider,
     Incidents,
-    Recorder,
+    JobContext,
+    JobItem,
     StateError,
     median,
     union,
@@ -40,9 +41,9 @@ class Detector:
         self.limits: dict[str, float] = {}              # uuid -> its latest power limit, W (where reported)
         self.incidents = Incidents()
 
-    def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
-            recorder: Recorder | None) -> None:
+    def add(self, item: JobItem, decider: Decider, ctx: JobContext) -> None:
         """One node's job sample (in (ts, node) order); its ``io``/``quiet`` flags come from the node stage."""
+        ts, node, sample = item.ts, item.node, item.sample
         if sample.get("interval"):
             self.intervals[node] = sample["interval"]
         if self.intervals:
@@ -50,7 +51,7 @@ class Detector:
         epoch_s = max(EPOCH_S, self.interval)
         epoch = int(ts // epoch_s)
         if self.epoch is not None and epoch > self.epoch:
-            self.evaluate(job, (self.epoch + 1) * epoch_s, tenant, pool, decider, out, recorder)
+            self.evaluate((self.epoch + 1) * epoch_s, decider, ctx)
         self.epoch = epoch
         wait = window_s(self.interval)
         if sample.get("io"):
@@ -82,8 +83,8 @@ class Detector:
                 self.epoch = int(self.epoch * max(EPOCH_S, self.interval) // max(EPOCH_S, interval))
             self.interval = interval
 
-    def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
-                 recorder: Recorder | None) -> None:
+    def evaluate(self, at: float, decider: Decider, ctx: JobContext) -> None:
+        out, recorder = ctx.out, ctx.recorder
         start = at - window_s(self.interval)
         self.quiet = {k: until for k, until in self.quiet.items() if until > start}
         windows: dict[str, list[list[float]]] = {}
@@ -108,8 +109,8 @@ class Detector:
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
         entries: list[tuple[str, list[float], dict]] = []
-        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent, "paused": self.paused,
-                "window_s": at - start}
+        base = {"job": ctx.job, "tenant": ctx.tenant, "pool": ctx.pool, "independent": independent,
+                "paused": self.paused, "window_s": at - start}
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             node_peers = peer_medians(node_stats)
@@ -166,9 +167,13 @@ class Detector:
         self.gpus, self.where, self.epoch, self.quiet, self.paused, self.intervals = {}, {}, None, {}, False, {}
         self.history.clear()
 
-    def node_silent(self, node: str, ts: float, out: Output) -> None:
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """A node of the job stopped reporting at ``ts``: the incidents on it (the node, its GPUs) resolve, "no
-        telemetry since", and its GPUs leave the comparison."""
+        telemetry since", and its GPUs leave the comparison (without ``node``: every node of the job)."""
+        if node is None:
+            for n in sorted({n for n, _ in self.where.values()} | set(self.intervals)):
+                self.silence(ts, out, n)
+            return
         gone = [u for u, (n, _) in self.where.items() if n == node]
         keys = [k for k in self.incidents.keys(f"{KIND}:") if k.split(":", 1)[1] in (node, *gone)]
         self.incidents.close_all(ts, describe, out, "no_telemetry", keys=keys)

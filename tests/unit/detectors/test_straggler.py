@@ -7,6 +7,7 @@ import pytest
 
 from gpufleet.contracts.output import Output
 from gpufleet.models.detectors import straggler
+from gpufleet.models.detectors.base import JobContext, JobItem
 
 
 def stats(util, clock=0.99, power=0.8, throttle=0, temp=60.0, n=12):
@@ -179,7 +180,7 @@ def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200, pe
             if i == 3 and k >= 120:
                 util, clock = 68.0, slow_clock
             gpus.append([f"u{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
-        d.add("job-1", ts, "node-1", {"interval": 5.0, "gpus": gpus}, "t", "p", decider, out, None)
+        d.add(JobItem(ts, "node-1", {"interval": 5.0, "gpus": gpus}), decider, JobContext("job-1", "t", "p", out, None))
     return [e for e in out.events if e["status"] == "firing"]
 
 
@@ -294,8 +295,8 @@ def test_a_job_whose_nodes_sample_at_different_intervals_is_judged_at_the_pace_o
                     if node == "a" and i == 3 and k >= 12 * 60:
                         util, clock = 68.0, 1200
                     gpus.append([f"{node}{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
-                d.add("job-1", ts, node, {"interval": float(every), "gpus": gpus}, "t", "p", decider, out,
-                      lambda kind, key, at, x, info: evaluated.append(at))
+                d.add(JobItem(ts, node, {"interval": float(every), "gpus": gpus}), decider,
+                      JobContext("job-1", "t", "p", out, lambda kind, key, at, x, info: evaluated.append(at)))
         runs.append([(e["gpu_uuid"], e["node"], e["status"], e["detected_at"]) for e in out.events])
     assert evaluated and all(1000.0 < at <= 1000.0 + 25 * 60 and at % 60 == 0 for at in evaluated)
     assert [(g, s) for g, _, s, _ in runs[0]] == [("a3", "firing")]

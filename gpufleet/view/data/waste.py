@@ -4,8 +4,12 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
+from gpufleet.contracts.tables import BILLING_LEDGER
+
 from .common import Window, money, month_start
 from .idle import IdleReads
+
+LEDGER = BILLING_LEDGER.name
 
 
 class WasteReads(IdleReads):
@@ -24,33 +28,56 @@ class WasteReads(IdleReads):
 
     def _waste(self, end: float, underuse_pct: float, tenant: str | None, recent_s: float, window_s: float) -> dict:
         w = Window(end - window_s, end, tenant)
+        by: dict[str, dict[str, dict]] = {"pool": {}, "tenant": {}}
+        listed = self._waste_now(w, end, underuse_pct, recent_s, by)
+        day = math.floor((end - 1) / 86400) * 86400          # the UTC day and month of the moment shown
+        month = month_start(end - 1)
+        self._waste_so_far(w, day, month, by)
+        pools = [self._shown(a) for _, a in sorted(by["pool"].items())]
+        tenants = sorted((self._shown(a) for a in by["tenant"].values()),
+                         key=lambda a: (-Decimal(a["waste_per_hour"]), a["tenant"] or ""))
+        listed.sort(key=lambda g: (-Decimal(g["waste_per_hour"] or 0), g["node"], g["gpu_index"]))
+        total = {k: sum(a[k] for a in by["pool"].values()) for k in ("gpus", "rented", "busy", "idle", "underused",
+                                                                      "price_unknown")}
+        total["waste_per_hour"] = sum((a["waste_per_hour"] for a in by["pool"].values()), Decimal(0))
+        for span in ("today", "month"):
+            parts = [a[span] for a in by["pool"].values() if span in a]
+            if parts:
+                total[span] = {k: sum((p[k] for p in parts), type(parts[0][k])(0)) for k in
+                               ("idle_hours", "underused_hours", "idle_amount", "unused_amount", "unsold_amount")}
+                total[span]["currency"] = parts[0]["currency"]
+        return {"at": end, "underuse_pct": underuse_pct, "recent_s": recent_s, "window_s": window_s,
+                "day_start": day, "month_start": month, "currency": self.currency, "total": self._shown(total),
+                "pools": pools, "tenants": tenants, "gpus": listed}
+
+    def _installed(self, w: Window, recent_s: float) -> list[dict]:
+        """The GPUs that reported in the last ``recent_s`` of the window, each as of its latest minute."""
         rows = self._rows(
             "SELECT gpu_uuid, tenant, any(node), any(gpu_index), any(pool), argMax(job, minute), "
             "toUnixTimestamp(max(minute)), count(), avg(util_pct_mean) FROM gpu_rollup_1m "
             "WHERE minute >= toDateTime(%(start)s) AND minute < toDateTime(%(end)s)"
             f"{w.tenant_filter()} GROUP BY gpu_uuid, tenant", w.params())
         gpus: dict[str, dict] = {}
-        for uuid, ten, node, index, pool, job, last, n, util in rows:
-            g = gpus.get(uuid)
-            if g is None or last > g["_last"]:
+        last: dict[str, float] = {}
+        for uuid, ten, node, index, pool, job, at, n, util in rows:
+            if uuid not in gpus or at > last[uuid]:
+                last[uuid] = float(at)
                 gpus[uuid] = {"gpu_uuid": uuid, "node": node, "gpu_index": int(index), "pool": pool,
-                              "tenant": ten or None, "job": job or None, "_last": float(last),
+                              "tenant": ten or None, "job": job or None,
                               "util_pct": None if util is None else round(float(util), 1), "minutes": int(n)}
-        installed = {u: g for u, g in gpus.items() if g["_last"] + 60 > end - recent_s}
-        idle_now = {r["gpu_uuid"] for r in self.idle(Window(end - recent_s, end, tenant))["runs"] if r["ongoing"]}
+        return [g for u, g in gpus.items() if last[u] + 60 > w.end - recent_s]
+
+    def _waste_now(self, w: Window, end: float, underuse_pct: float, recent_s: float,
+                   by: dict[str, dict[str, dict]]) -> list[dict]:
+        """Each GPU installed now, its state (free, busy, underused, idle) and its waste per hour, added up by pool
+        and tenant in ``by``; returns the idle and underused ones."""
+        idle_now = {r["gpu_uuid"] for r in self.idle(Window(end - recent_s, end, w.tenant))["runs"] if r["ongoing"]}
         prices = dict(((u, (p, c)) for u, p, c in self._rows(
             "SELECT gpu_uuid, argMax(price_per_gpu_hour, period_start), argMax(currency, period_start) "
-            "FROM billing_ledger WHERE period_start >= toDateTime(%(since)s) AND period_start < toDateTime(%(end)s) "
+            f"FROM {LEDGER} WHERE period_start >= toDateTime(%(since)s) AND period_start < toDateTime(%(end)s) "
             f"{w.tenant_filter()} GROUP BY gpu_uuid", {**w.params(), "since": int(end - 2 * 86400)})))
-        by: dict[str, dict[str, dict]] = {"pool": {}, "tenant": {}}
         listed: list[dict] = []
-
-        def acc(dim: str, key: str | None) -> dict:
-            return by[dim].setdefault(key or "", {dim: key, "gpus": 0, "rented": 0, "busy": 0, "idle": 0,
-                                                  "underused": 0, "waste_per_hour": Decimal(0),
-                                                  "price_unknown": 0})
-        for g in installed.values():
-            g.pop("_last")
+        for g in self._installed(w, recent_s):
             rented = g["tenant"] is not None
             state = ("idle" if g["gpu_uuid"] in idle_now else
                      "underused" if g["util_pct"] is not None and g["util_pct"] < underuse_pct else "busy") \
@@ -64,7 +91,7 @@ class WasteReads(IdleReads):
                       "waste_per_hour": money(per_hour) if per_hour is not None else None,
                       "currency": currency or self.currency})
             for dim in ("pool",) + (("tenant",) if rented else ()):
-                a = acc(dim, g[dim])
+                a = _acc(by, dim, g[dim])
                 a["gpus"] += 1
                 if rented:
                     a["rented"] += 1
@@ -76,16 +103,18 @@ class WasteReads(IdleReads):
                     a["price_unknown"] += 1
             if state in ("idle", "underused"):
                 listed.append(g)
-        day = math.floor((end - 1) / 86400) * 86400          # the UTC day and month of the moment shown
-        month = month_start(end - 1)
+        return listed
+
+    def _waste_so_far(self, w: Window, day: float, month: float, by: dict[str, dict[str, dict]]) -> None:
+        """Today's and this month's waste as the ledger holds it (closed periods), by pool and tenant in ``by``."""
         for dim in ("pool", "tenant"):
             for key, name, c, *sums in self._rows(
                     f"SELECT {dim}, toStartOfDay(period_start) >= toDateTime(%(day)s) AS today, currency, "
                     "sum(idle_s), sum(underused_s), sum(idle_amount), sum(unused_amount), sum(unsold_amount) "
-                    "FROM billing_ledger FINAL WHERE period_start >= toDateTime(%(month)s) "
+                    f"FROM {LEDGER} FINAL WHERE period_start >= toDateTime(%(month)s) "
                     f"AND period_start < toDateTime(%(until)s){w.tenant_filter()} GROUP BY {dim}, today, currency",
                     {**w.params(), "day": int(day), "month": int(min(month, day)), "until": int(day + 86400)}):
-                a = acc(dim, key)
+                a = _acc(by, dim, key)
                 for span in (("today", "month") if name else ("month",)):
                     t = a.setdefault(span, {"idle_hours": 0.0, "underused_hours": 0.0, "idle_amount": Decimal(0),
                                             "unused_amount": Decimal(0), "unsold_amount": Decimal(0),
@@ -96,30 +125,20 @@ class WasteReads(IdleReads):
                     t["unused_amount"] += Decimal(sums[3])
                     t["unsold_amount"] += Decimal(sums[4])
 
-        def shown(a: dict) -> dict:
-            out = {**a, "waste_per_hour": money(a["waste_per_hour"])}
-            for span in ("today", "month"):
-                t = a.get(span) or {"idle_hours": 0.0, "underused_hours": 0.0, "idle_amount": 0, "unused_amount": 0,
-                                    "unsold_amount": 0, "currency": self.currency}
-                out[span] = {"idle_hours": round(t["idle_hours"], 3), "underused_hours": round(t["underused_hours"], 3),
-                             "idle_amount": money(t["idle_amount"]), "unused_amount": money(t["unused_amount"]),
-                             "tenant_waste_amount": money(Decimal(t["idle_amount"]) + Decimal(t["unused_amount"])),
-                             "unsold_amount": money(t["unsold_amount"]), "currency": t["currency"]}
-            return out
-        pools = [shown(a) for _, a in sorted(by["pool"].items())]
-        tenants = sorted((shown(a) for a in by["tenant"].values()),
-                         key=lambda a: (-Decimal(a["waste_per_hour"]), a["tenant"] or ""))
-        listed.sort(key=lambda g: (-Decimal(g["waste_per_hour"] or 0), g["node"], g["gpu_index"]))
-        total = {k: sum(a[k] for a in by["pool"].values()) for k in ("gpus", "rented", "busy", "idle", "underused",
-                                                                      "price_unknown")}
-        total["waste_per_hour"] = sum((a["waste_per_hour"] for a in by["pool"].values()), Decimal(0))
+    def _shown(self, a: dict) -> dict:
+        """A pool's, a tenant's or the fleet's waste as the page and the JSON show it: money as decimal strings."""
+        out = {**a, "waste_per_hour": money(a["waste_per_hour"])}
         for span in ("today", "month"):
-            parts = [a[span] for a in by["pool"].values() if span in a]
-            if parts:
-                total[span] = {k: sum((p[k] for p in parts), type(parts[0][k])(0)) for k in
-                               ("idle_hours", "underused_hours", "idle_amount", "unused_amount", "unsold_amount")}
-                total[span]["currency"] = parts[0]["currency"]
-        total = shown(total)
-        return {"at": end, "underuse_pct": underuse_pct, "recent_s": recent_s, "window_s": window_s,
-                "day_start": day, "month_start": month, "currency": self.currency, "total": total, "pools": pools,
-                "tenants": tenants, "gpus": listed}
+            t = a.get(span) or {"idle_hours": 0.0, "underused_hours": 0.0, "idle_amount": 0, "unused_amount": 0,
+                                "unsold_amount": 0, "currency": self.currency}
+            out[span] = {"idle_hours": round(t["idle_hours"], 3), "underused_hours": round(t["underused_hours"], 3),
+                         "idle_amount": money(t["idle_amount"]), "unused_amount": money(t["unused_amount"]),
+                         "tenant_waste_amount": money(Decimal(t["idle_amount"]) + Decimal(t["unused_amount"])),
+                         "unsold_amount": money(t["unsold_amount"]), "currency": t["currency"]}
+        return out
+
+
+def _acc(by: dict[str, dict[str, dict]], dim: str, key: str | None) -> dict:
+    """The running sums of one pool or tenant."""
+    return by[dim].setdefault(key or "", {dim: key, "gpus": 0, "rented": 0, "busy": 0, "idle": 0, "underused": 0,
+                                          "waste_per_hour": Decimal(0), "price_unknown": 0})

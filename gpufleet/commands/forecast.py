@@ -353,8 +353,9 @@ def serve_command(args, settings, store) -> int:
     from gpufleet.view import routes as view
     router = web.Router()
     registry = feed.mount(router, store)
-    view.mount(router, store, settings.serve, settings.billing.currency, registry, settings.stream.silent_after_s,
-               settings.billing.underuse_pct, settings.billing.default_price_note())
+    view.mount(router, store, view.ViewConfig(settings.serve, settings.billing.currency, settings.stream.silent_after_s,
+                                              settings.billing.underuse_pct, settings.billing.default_price_note()),
+               registry)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

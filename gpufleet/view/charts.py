@@ -170,16 +170,54 @@ def _time_axis(svg: Svg, t0: float, t1: float, x0: float, x1: float, y_top: floa
 
 
 # -- heat map --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Grid:
+    """Where the heat map's rows and columns are drawn."""
+
+    left: int
+    top: int
+    plot_w: int
+    row_h: int
+    rows: int
+
+
 def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
     """GPUs (rows, grouped by node) by time buckets (columns): mean utilization, not rented in grey, idle
     windows in red; GPUs idle now marked at the right with how long and what it cost so far."""
     gpus, n = data["gpus"], data["columns"]
     rows = len(gpus)
     row_h = max(2, min(12, 720 // max(rows, 1)))
-    left, right, top = 170, 190, 26
-    plot_w = width - left - right
-    height = top + rows * row_h + 46
-    svg = Svg(chart, width, height, "Utilization by node and GPU")
+    grid = _Grid(170, 26, width - 170 - 190, row_h, rows)
+    svg = Svg(chart, width, grid.top + rows * row_h + 46, "Utilization by node and GPU")
+    codes = _cells(svg, grid, gpus, n)
+    _rows(svg, grid, gpus)
+    _now(svg, grid, data)
+    y_bottom = grid.top + rows * row_h            # the time axis
+    _time_axis(svg, data["start"], data["end"], grid.left, grid.left + grid.plot_w, grid.top, y_bottom, grid=False)
+    svg.line(grid.left, y_bottom, grid.left + grid.plot_w, y_bottom, stroke=MUTED)
+    lx, ly = grid.left, 14                        # legend: the scale, then the three states
+    for k in range(50):
+        svg.rect(lx + k * 2, ly - 9, 2.2, 10, hex_rgb(viridis(k / 49)))
+    svg.text(lx - 4, ly, "0%", anchor="end", size=10, fill=MUTED)
+    svg.text(lx + 104, ly, "100% utilization", size=10, fill=MUTED)
+    svg.legend([("idle window", hex_rgb(IDLE)), ("underused now", hex_rgb(UNDERUSED)),
+                ("not rented", hex_rgb(NOT_RENTED)), ("no telemetry", "#eceef0")], lx + 210, ly)
+    svg.attrs.update({"data-t0": str(data["start"]), "data-bucket": str(data["bucket_s"]), "data-cols": str(n),
+                      "data-left": str(grid.left), "data-top": str(grid.top), "data-row-h": str(row_h),
+                      "data-plot-w": str(grid.plot_w),
+                      "data-rows": json.dumps([f"{g['node']} GPU {g['gpu_index']}" for g in gpus],
+                                              separators=(",", ":")),
+                      "data-cells": base64.b64encode(bytes(codes)).decode(),
+                      # the rental of each cell: an index into data-tenants (+1; 0: not rented), 2 bytes a cell
+                      "data-tenants": json.dumps(data.get("tenants", []), separators=(",", ":")),
+                      "data-tenant-cells": base64.b64encode(b"".join(
+                          (t + 1).to_bytes(2, "little") for g in gpus
+                          for t in g.get("tenant_col", [-1] * n))).decode()})
+    return svg.render()
+
+
+def _cells(svg: Svg, grid: _Grid, gpus: list[dict], n: int) -> bytearray:
+    """The cells as one image (a pixel a cell); returns each cell's code for the page's tooltips."""
     codes = bytearray()
     pixels = bytearray()
     for g in gpus:
@@ -195,18 +233,23 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
             pixels.extend(rgb)
             codes.append(code)
             svg.marks += util is not None
-    if rows:
-        image = base64.b64encode(png.encode(n, rows, bytes(pixels))).decode()
-        svg.add(f'<image class="cells" x="{left}" y="{top}" width="{plot_w}" height="{rows * row_h}" '
-                f'preserveAspectRatio="none" style="image-rendering:pixelated;image-rendering:crisp-edges" '
-                f'href="data:image/png;base64,{image}"/>')
-    # node groups: a rule between nodes, the node's name where there is room
+    if grid.rows:
+        image = base64.b64encode(png.encode(n, grid.rows, bytes(pixels))).decode()
+        svg.add(f'<image class="cells" x="{grid.left}" y="{grid.top}" width="{grid.plot_w}" '
+                f'height="{grid.rows * grid.row_h}" preserveAspectRatio="none" '
+                f'style="image-rendering:pixelated;image-rendering:crisp-edges" href="data:image/png;base64,{image}"/>')
+    return codes
+
+
+def _rows(svg: Svg, grid: _Grid, gpus: list[dict]) -> None:
+    """Node groups: a rule between nodes, the node's name where there is room; each GPU's name where rows allow."""
+    left, top, row_h = grid.left, grid.top, grid.row_h
     last_label_y = -100.0
     for i, g in enumerate(gpus):
         y = top + i * row_h
         if i == 0 or g["node"] != gpus[i - 1]["node"]:
             if i:
-                svg.line(left - 4, y, left + plot_w, y, stroke="#ffffff", width=1)
+                svg.line(left - 4, y, left + grid.plot_w, y, stroke="#ffffff", width=1)
             if y - last_label_y >= 11:
                 svg.text(left - (44 if row_h >= 10 else 8), y + min(row_h, 10) - 1, g["node"], anchor="end",
                          size=10)
@@ -215,58 +258,37 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
         for i, g in enumerate(gpus):
             svg.text(left - 6, top + i * row_h + row_h - 2, f"GPU {g['gpu_index']}", anchor="end", size=9,
                      fill=MUTED)
-    # GPUs idle now
-    index = {g["gpu_uuid"]: i for i, g in enumerate(gpus)}
-    currency = data.get("currency", "")
+
+
+def _now(svg: Svg, grid: _Grid, data: dict) -> None:
+    """The GPUs idle now and underused now (busy, below the underuse threshold over the last hour), marked at the
+    right with how long and what it costs."""
+    index = {g["gpu_uuid"]: i for i, g in enumerate(data["gpus"])}
+    currency, x = data.get("currency", ""), grid.left + grid.plot_w
     for run in data.get("idle_now", []):
         row = index.get(run["gpu_uuid"])
         if row is None:
             continue
-        cy = top + row * row_h + row_h / 2
+        cy = grid.top + row * grid.row_h + grid.row_h / 2
         minutes = run["idle_s"] / 60
         cost = f" · {float(run['cost_so_far']):.2f} {currency}" if run.get("cost_so_far") else ""
         title = (f"{run['node']} GPU {run['gpu_index']} ({run['tenant']}) idle {minutes:.0f} min{cost} so far")
-        svg.add(f'<path class="idle-now" d="M{left + plot_w + 3},{cy:.1f} l8,-4.5 v9 z" fill="{hex_rgb(IDLE)}">'
+        svg.add(f'<path class="idle-now" d="M{x + 3},{cy:.1f} l8,-4.5 v9 z" fill="{hex_rgb(IDLE)}">'
                 f"<title>{esc(title)}</title></path>")
-        if row_h >= 9 or len(data.get("idle_now", [])) * 11 <= rows * row_h:
-            svg.text(left + plot_w + 14, cy + 3.5, f"idle {minutes:.0f} min{cost}", size=10, fill=hex_rgb(IDLE))
-    # GPUs underused now (busy, below the underuse threshold over the last hour)
+        if grid.row_h >= 9 or len(data.get("idle_now", [])) * 11 <= grid.rows * grid.row_h:
+            svg.text(x + 14, cy + 3.5, f"idle {minutes:.0f} min{cost}", size=10, fill=hex_rgb(IDLE))
     for g in data.get("underused_now", []):
         row = index.get(g["gpu_uuid"])
         if row is None:
             continue
-        cy = top + row * row_h + row_h / 2
+        cy = grid.top + row * grid.row_h + grid.row_h / 2
         per_hour = f" · {float(g['waste_per_hour']):.2f} {currency}/h unused" if g.get("waste_per_hour") else ""
         title = f"{g['node']} GPU {g['gpu_index']} ({g['tenant']}) underused: {g['util_pct']:.0f}%{per_hour}"
-        svg.add(f'<path class="underused-now" d="M{left + plot_w + 3},{cy:.1f} l8,-4.5 v9 z" '
+        svg.add(f'<path class="underused-now" d="M{x + 3},{cy:.1f} l8,-4.5 v9 z" '
                 f'fill="{hex_rgb(UNDERUSED)}"><title>{esc(title)}</title></path>')
-        if row_h >= 9:
-            svg.text(left + plot_w + 14, cy + 3.5, f"underused {g['util_pct']:.0f}%{per_hour.split(' unused')[0]}",
+        if grid.row_h >= 9:
+            svg.text(x + 14, cy + 3.5, f"underused {g['util_pct']:.0f}%{per_hour.split(' unused')[0]}",
                      size=10, fill=hex_rgb(UNDERUSED))
-    # time axis
-    y_bottom = top + rows * row_h
-    _time_axis(svg, data["start"], data["end"], left, left + plot_w, top, y_bottom, grid=False)
-    svg.line(left, y_bottom, left + plot_w, y_bottom, stroke=MUTED)
-    # legend: the scale, then the three states
-    lx, ly = left, 14
-    for k in range(50):
-        svg.rect(lx + k * 2, ly - 9, 2.2, 10, hex_rgb(viridis(k / 49)))
-    svg.text(lx - 4, ly, "0%", anchor="end", size=10, fill=MUTED)
-    svg.text(lx + 104, ly, "100% utilization", size=10, fill=MUTED)
-    svg.legend([("idle window", hex_rgb(IDLE)), ("underused now", hex_rgb(UNDERUSED)),
-                ("not rented", hex_rgb(NOT_RENTED)), ("no telemetry", "#eceef0")], lx + 210, ly)
-    svg.attrs.update({"data-t0": str(data["start"]), "data-bucket": str(data["bucket_s"]), "data-cols": str(n),
-                      "data-left": str(left), "data-top": str(top), "data-row-h": str(row_h),
-                      "data-plot-w": str(plot_w),
-                      "data-rows": json.dumps([f"{g['node']} GPU {g['gpu_index']}" for g in gpus],
-                                              separators=(",", ":")),
-                      "data-cells": base64.b64encode(bytes(codes)).decode(),
-                      # the rental of each cell: an index into data-tenants (+1; 0: not rented), 2 bytes a cell
-                      "data-tenants": json.dumps(data.get("tenants", []), separators=(",", ":")),
-                      "data-tenant-cells": base64.b64encode(b"".join(
-                          (t + 1).to_bytes(2, "little") for g in gpus
-                          for t in g.get("tenant_col", [-1] * n))).decode()})
-    return svg.render()
 
 
 # -- bars -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import functools
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.view import png
@@ -125,10 +125,9 @@ class Svg:
     def add(self, part: str) -> None:
         self.parts.append(part)
 
-    def text(self, x: float, y: float, text, anchor: str = "start", size: int = 11, fill: str = INK,
-             weight: str = "normal", extra: str = "") -> None:
+    def text(self, x: float, y: float, text, anchor: str = "start", size: int = 11, fill: str = INK) -> None:
         self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}" '
-                 f'font-weight="{weight}"{extra}>{esc(text)}</text>')
+                 f'font-weight="normal">{esc(text)}</text>')
 
     def line(self, x1, y1, x2, y2, stroke=GRID, width: float = 1, dash: str | None = None) -> None:
         d = f' stroke-dasharray="{dash}"' if dash else ""
@@ -159,8 +158,9 @@ class Svg:
                 f'font-family="{esc(FONT)}"{extra}>' + "".join(self.parts) + "</svg>")
 
 
-def _time_axis(svg: Svg, t0: float, t1: float, x0: float, x1: float, y_top: float, y_bottom: float,
-               grid: bool = True) -> None:
+def _time_axis(svg: Svg, t0: float, t1: float, box: tuple[float, float, float, float], grid: bool = True) -> None:
+    """Time ticks from ``t0`` to ``t1`` under the plot ``box`` (x0, y_top, x1, y_bottom), grid lines if asked."""
+    x0, y_top, x1, y_bottom = box
     span = max(t1 - t0, 1e-9)
     for t, label in time_ticks(t0, t1, most=max(2, int((x1 - x0) / 90))):
         x = x0 + (t - t0) / span * (x1 - x0)
@@ -193,7 +193,7 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
     _rows(svg, grid, gpus)
     _now(svg, grid, data)
     y_bottom = grid.top + rows * row_h            # the time axis
-    _time_axis(svg, data["start"], data["end"], grid.left, grid.left + grid.plot_w, grid.top, y_bottom, grid=False)
+    _time_axis(svg, data["start"], data["end"], (grid.left, grid.top, grid.left + grid.plot_w, y_bottom), grid=False)
     svg.line(grid.left, y_bottom, grid.left + grid.plot_w, y_bottom, stroke=MUTED)
     lx, ly = grid.left, 14                        # legend: the scale, then the three states
     for k in range(50):
@@ -292,10 +292,23 @@ def _now(svg: Svg, grid: _Grid, data: dict) -> None:
 
 
 # -- bars -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BarStyle:
+    """How bars are drawn: the values' unit, stacked or grouped, the chart's width, the value axis' top (None: from
+    the values), how a value is written (None: the number and its unit)."""
+
+    unit: str = ""
+    stacked: bool = False
+    width: int = 540
+    max_value: float | None = None
+    value_text: Callable[[float], str] | None = None
+
+
 def bars(chart: str, label: str, rows: Sequence[tuple[str, Sequence[float | None]]],
-         series: Sequence[tuple[str, str]], unit: str = "", stacked: bool = False, width: int = 540,
-         max_value: float | None = None, value_text=None) -> str:
+         series: Sequence[tuple[str, str]], style: BarStyle = BarStyle()) -> str:
     """Horizontal bars, one row per label: grouped (a bar per series) or stacked."""
+    unit, stacked, width, max_value, value_text = (style.unit, style.stacked, style.width, style.max_value,
+                                                   style.value_text)
     bar_h = 14 if stacked else max(8, 16 // max(len(series), 1) + 4)
     row_h = (bar_h if stacked else bar_h * len(series)) + 10
     left, right, top = 150, 90, 28
@@ -358,13 +371,35 @@ class Marker:
     symbol: str = "▲"
 
 
-def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float, unit: str = "",
-          band: Sequence[tuple[float, float, float]] | None = None, band_label: str = "p10–p90",
-          band_color: str = "#4269d0", markers: Sequence[Marker] = (), spans: Sequence[tuple[float, float, str]] = (),
-          now: float | None = None, y_max: float | None = None, width: int = 1100, height: int = 230,
-          y_format=None, now_label: str = "now", y_label: str = "") -> str:
-    """Lines over time (gaps where a value is None), with an optional band, vertical markers (events), shaded
-    spans (an incident) and a "now" rule between history and forecast."""
+@dataclass(frozen=True)
+class LineStyle:
+    """What a line chart shows beside its lines: the values' unit, a band (ts, low, high) and its label and
+    colour, vertical markers (events), shaded spans (an incident), a "now" rule between history and forecast and
+    its label, the value axis' top (None: from the values) and how a value is written, the size, the axis' label."""
+
+    unit: str = ""
+    band: Sequence[tuple[float, float, float]] | None = None
+    band_label: str = "p10–p90"
+    band_color: str = "#4269d0"
+    markers: Sequence[Marker] = ()
+    spans: Sequence[tuple[float, float, str]] = ()
+    now: float | None = None
+    y_max: float | None = None
+    width: int = 1100
+    height: int = 230
+    y_format: Callable[[float], str] | None = None
+    now_label: str = "now"
+    y_label: str = ""
+
+
+def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float,
+          style: LineStyle = LineStyle()) -> str:
+    """Lines over time (gaps where a value is None), styled by ``style``."""
+    st = style
+    unit, band, band_label, band_color, markers, spans = (st.unit, st.band, st.band_label, st.band_color, st.markers,
+                                                          st.spans)
+    now, y_max, width, height, y_format, now_label, y_label = (st.now, st.y_max, st.width, st.height, st.y_format,
+                                                               st.now_label, st.y_label)
     left, right, top, bottom = 58, 16, 30, 24
     svg = Svg(chart, width, height, label)
     pw, ph = width - left - right, height - top - bottom
@@ -388,7 +423,7 @@ def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float
         tick += step
     for s0, s1, fill in spans:
         svg.rect(x(s0), top, x(s1) - x(s0), ph, fill, extra=' opacity="0.18"')
-    _time_axis(svg, t0, t1, left, left + pw, top, top + ph, grid=False)
+    _time_axis(svg, t0, t1, (left, top, left + pw, top + ph), grid=False)
     if band:
         pts = [(x(t), y(hi)) for t, _, hi in band] + [(x(t), y(lo)) for t, lo, _ in reversed(band)]
         svg.add('<path class="band" d="M' + " L".join(f"{a:.1f},{b:.1f}" for a, b in pts) +
@@ -441,7 +476,7 @@ def timeline(chart: str, incidents: Sequence[dict], t0: float, t1: float, width:
 
     def x(t):
         return left + (min(max(t, t0), t1) - t0) / span * pw
-    _time_axis(svg, t0, t1, left, left + pw, top - 4, top + len(shown) * row_h)
+    _time_axis(svg, t0, t1, (left, top - 4, left + pw, top + len(shown) * row_h))
     for i, a in enumerate(shown):
         y = top + i * row_h
         end = a["resolved_at"] if a["resolved_at"] is not None else t1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gpufleet.contracts.jobsample import invalid_job_sample
 from gpufleet.contracts.output import Output
@@ -28,13 +29,30 @@ from .node import NodeProcessor, NodeRules
 SILENCE_CHECK_S = 60.0      # s of stream time between looks for silent nodes (embedded mode)
 
 
+@dataclass(frozen=True)
+class Driver:
+    """How the driver runs the pipeline. The embedded mode (the default): stream time from the telemetry, the job
+    stage in this process, the input one file or ``partitions`` partitions of a log. The distributed mode's stages:
+    ``live`` (the wall clock, ``clock``, for clock skew and silent nodes), job samples routed through Kafka (not
+    ``route_jobs``), and saved processors loaded from the state tables (``load_node``, ``load_job``)."""
+
+    live: bool = False
+    clock: Callable[[], float] = time.time
+    route_jobs: bool = True
+    partitions: int | None = None
+    load_node: Callable[[str], NodeProcessor | None] | None = None
+    load_job: Callable[[str], JobProcessor | None] | None = None
+
+
+EMBEDDED = Driver()
+
+
 class Pipeline:
-    def __init__(self, cfg: StreamConfig | None = None, *, live: bool = False,
-                 clock: Callable[[], float] = time.time, route_jobs: bool = True,
-                 load_node: Callable[[str], NodeProcessor | None] | None = None,
-                 load_job: Callable[[str], JobProcessor | None] | None = None,
+    def __init__(self, cfg: StreamConfig | None = None, *, billing: BillingConfig | None = None,
                  model: Model | None = None, detect: bool = True, recorder: Recorder | None = None,
-                 billing: BillingConfig | None = None, partitions: int | None = None):
+                 driver: Driver = EMBEDDED):
+        live, clock, route_jobs, partitions = driver.live, driver.clock, driver.route_jobs, driver.partitions
+        load_node, load_job = driver.load_node, driver.load_job
         self.cfg = cfg or StreamConfig()
         self.tariff = Tariff(billing)                # prices, and whether to meter (billing.enabled)
         model = (model or Model.default()).with_hold_downs(hold_downs(self.cfg.hold_down_s))

@@ -21,7 +21,7 @@ from .faust_compat import KeyedTable, deliver_every_record, rewind_from_zero
 from .jobs import JobProcessor
 from .metrics import WorkerMetrics
 from .node import NodeProcessor
-from .pipeline import Pipeline
+from .pipeline import Driver, Pipeline
 from .progress import Watch
 from .sink import Sink
 from .stages import CLOCKS, JOBS, NODES, JobStage, NodeStage, saved
@@ -119,9 +119,9 @@ def _stages(parts: Parts, tables: dict[str, KeyedTable], bus: FaustBus, store, m
 
     def junk(table: str):         # a changelog value no gpufleet saved: dead-lettered, the key starts afresh
         return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
-    pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
-                        load_node=saved(tables[NODES], NodeProcessor.from_state, junk(NODES)),
-                        load_job=saved(tables[JOBS], JobProcessor.from_state, junk(JOBS)))
+    pipeline = Pipeline(settings.stream, model=model, billing=settings.billing, driver=Driver(
+        live=True, route_jobs=False, load_node=saved(tables[NODES], NodeProcessor.from_state, junk(NODES)),
+        load_job=saved(tables[JOBS], JobProcessor.from_state, junk(JOBS))))
     outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n,
                      other={BILLING_SCHEMA: names["billing"]})
 

@@ -17,7 +17,7 @@ from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink, alert_row, ledger_row
 from gpufleet.streams.stages import JobStage, NodeStage, saved
 
@@ -77,9 +77,9 @@ class Worker:
         self.store = MemoryStore()
         def junk(table):              # as the worker does: a changelog value no gpufleet saved is dead-lettered
             return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
-        pipeline = Pipeline(CFG, live=False, route_jobs=False,
-                            load_node=saved(self.tables["nodes"], NodeProcessor.from_state, junk("nodes")),
-                            load_job=saved(self.tables["jobs"], JobProcessor.from_state, junk("jobs")))
+        pipeline = Pipeline(CFG, driver=Driver(
+            route_jobs=False, load_node=saved(self.tables["nodes"], NodeProcessor.from_state, junk("nodes")),
+            load_job=saved(self.tables["jobs"], JobProcessor.from_state, junk("jobs"))))
         topics = Topics("alerts", "dlq", "by-job", P, other={BILLING_SCHEMA: "billing"})
         rebalances, metrics = Rebalances(), WorkerMetrics()
         nodes = NodeStage(pipeline, self.tables["clocks"], live=False, assigned=lambda: set(range(P)),

@@ -14,7 +14,7 @@ from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink
 from gpufleet.streams.stages import NodeStage, saved
 
@@ -85,9 +85,9 @@ class World:
         self.store = store or MemoryStore()
         self.store.before_write = self.store.before_write or (lambda t: self.log.append(("write", t)))
         self.table = table if table is not None else LoggedTable(self.log)
-        self.pipeline = Pipeline(cfg or StreamConfig(lateness_s=0), live=False, route_jobs=False, detect=False,
-                                 load_node=saved(self.table, NodeProcessor.from_state),
-                                 load_job=saved(MemoryTable(), JobProcessor.from_state))
+        self.pipeline = Pipeline(cfg or StreamConfig(lateness_s=0), detect=False, driver=Driver(
+            route_jobs=False, load_node=saved(self.table, NodeProcessor.from_state),
+            load_job=saved(MemoryTable(), JobProcessor.from_state)))
         self.bus, self.rebalances, self.metrics = MemoryBus(self.log), Rebalances(), WorkerMetrics()
         self.acked = []
         self.clocks = MemoryTable()

@@ -16,7 +16,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.contracts.telemetry import TelemetryError
 from gpufleet.streams import decode as fast
 from gpufleet.streams.durable import Share
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.stages import JobStage
 
 DEEP = b'{"a":' * 50_000 + b"1" + b"}" * 50_000            # 300 kB, under the size limit
@@ -189,7 +189,7 @@ class Ev:
 
 
 def test_the_job_stage_dead_letters_anything_that_is_not_job_samples():
-    p = Pipeline(route_jobs=False)
+    p = Pipeline(driver=Driver(route_jobs=False))
     stage = JobStage(p, {}, {}, 1)
     good_sample = {"job": "j", "node": "n", "ts": 100.0, "tenant": "t", "pool": "p", "interval": 5.0,
                    "gpus": [["GPU-0", 0, 90.0, 1400.0, 1980.0, 300.0, 400.0, 60.0, 0, 1e9, 8e10]]}

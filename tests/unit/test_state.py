@@ -13,7 +13,7 @@ from gpufleet.streams.eventtime import Gate
 from gpufleet.streams.idle import IdleTracker, Run
 from gpufleet.streams.jobs import GpuSums, JobMinute, JobProcessor
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.rollups import GpuMinutes, MinuteRollups, NodeMinute
 
 
@@ -92,8 +92,7 @@ def test_a_restored_processor_goes_on_exactly_as_the_one_it_was_saved_from(runni
     node = sorted(running.nodes)[0]
     a = NodeProcessor.from_state(node, roundtrip(running.nodes[node].to_state()))
     b = NodeProcessor.from_state(node, roundtrip(running.nodes[node].to_state()))
-    p1, p2 = Pipeline(StreamConfig(lateness_s=30), route_jobs=False), Pipeline(StreamConfig(lateness_s=30),
-                                                                              route_jobs=False)
+    p1, p2 = (Pipeline(StreamConfig(lateness_s=30), driver=Driver(route_jobs=False)) for _ in range(2))
     p1.nodes[node], p2.nodes[node] = a, b
     for m in rest:
         if m["node"] == node:

@@ -16,7 +16,7 @@ import faust
 from gpufleet.contracts.events import BILLING_SCHEMA
 from gpufleet.contracts.state import StateError
 
-from .durable import Rebalances, Stage, Topics
+from .durable import Outlets, Rebalances, Stage, Topics
 from .faust_compat import KeyedTable, deliver_every_record, rewind_from_zero
 from .jobs import JobProcessor
 from .metrics import WorkerMetrics
@@ -136,9 +136,9 @@ def _stages(parts: Parts, tables: dict[str, KeyedTable], bus: FaustBus, store, m
                       lag=lambda partition: parts.watch.unread.get((names["telemetry"], partition)),
                       control_key=key.get_secret_value().encode() if key is not None else None)
     jobs = JobStage(pipeline, tables[JOBS], tables[CLOCKS], n)
-    node_stage = Stage("node", nodes, sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs,
+    node_stage = Stage("node", nodes, Outlets(sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs),
                        parts.rebalances, parts.metrics, w.session_timeout_s, reread=app.consumer.seek)
-    job_stage = Stage("job", jobs, sink(), bus, {JOBS: tables[JOBS], CLOCKS: tables[CLOCKS]}, outputs,
+    job_stage = Stage("job", jobs, Outlets(sink(), bus, {JOBS: tables[JOBS], CLOCKS: tables[CLOCKS]}, outputs),
                       parts.rebalances, parts.metrics, w.session_timeout_s, reread=app.consumer.seek)
     stages = (node_stage, job_stage)
     parts.metrics.watch_store(lambda: sum(s.sink.failures for s in stages),

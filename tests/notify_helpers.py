@@ -8,7 +8,7 @@ import time
 from gpufleet.contracts.events import alert
 from gpufleet.streams.notify.http import Response, Unreachable
 from gpufleet.streams.notify.outbox import Outbox
-from gpufleet.streams.notify.router import Router
+from gpufleet.streams.notify.router import Around, Router
 from gpufleet.streams.notify.routing import Routes
 from gpufleet.streams.notify.sender import RetryPolicy, Sender
 
@@ -78,10 +78,9 @@ class Rig:
             kw["clock"] = clock
         if wall is not None:
             kw["wall"] = wall
-        self.router = Router(self.routes, self.outbox, self.senders, self.results,
-                             silences=lambda: self.silence_list,
-                             firing=(lambda: firing) if firing is not None else dict,
-                             keep_pending=keep_pending, **kw)
+        self.router = Router(self.routes, self.outbox, self.senders, self.results, keep_pending=keep_pending,
+                             around=Around(silences=lambda: self.silence_list,
+                                           firing=(lambda: firing) if firing is not None else dict, **kw))
         self.acked: list = []
         if start:
             self.start()

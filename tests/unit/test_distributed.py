@@ -13,7 +13,7 @@ from gpufleet.contracts.events import BILLING_SCHEMA
 from gpufleet.contracts.telemetry import end_of_stream
 from gpufleet.sql.memory import MemoryStore
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
+from gpufleet.streams.durable import MemoryTable, Outlets, Rebalances, Stage, Topics
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
@@ -84,12 +84,11 @@ class Worker:
         rebalances, metrics = Rebalances(), WorkerMetrics()
         nodes = NodeStage(pipeline, self.tables["clocks"], live=False, assigned=lambda: set(range(P)),
                           control_key=KEY)
-        self.node = Stage("node", nodes, Sink(self.store, 1, 0), log,
-                          {"nodes": self.tables["nodes"], "clocks": self.tables["clocks"]}, topics, rebalances,
-                          metrics)
-        self.job = Stage("job", JobStage(pipeline, self.tables["jobs"], self.tables["clocks"], P),
-                         Sink(self.store, 1, 0), log, {"jobs": self.tables["jobs"], "clocks": self.tables["clocks"]},
-                         topics, rebalances, metrics)
+        self.node = Stage("node", nodes, Outlets(Sink(self.store, 1, 0), log, {
+            "nodes": self.tables["nodes"], "clocks": self.tables["clocks"]}, topics), rebalances, metrics)
+        self.job = Stage("job", JobStage(pipeline, self.tables["jobs"], self.tables["clocks"], P), Outlets(
+            Sink(self.store, 1, 0), log, {"jobs": self.tables["jobs"], "clocks": self.tables["clocks"]}, topics),
+            rebalances, metrics)
 
     async def ack(self, ev):
         pass

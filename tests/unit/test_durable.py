@@ -10,7 +10,7 @@ from helpers import gpu, message
 
 from gpufleet.sql.memory import MemoryStore
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
+from gpufleet.streams.durable import MemoryTable, Outlets, Rebalances, Stage, Topics
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
@@ -91,10 +91,10 @@ class World:
         self.bus, self.rebalances, self.metrics = MemoryBus(self.log), Rebalances(), WorkerMetrics()
         self.acked = []
         self.clocks = MemoryTable()
-        self.stage = Stage("node", NodeStage(self.pipeline, self.clocks, live=False),
-                           Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)), self.bus,
-                           {"nodes": self.table, "clocks": self.clocks}, Topics("alerts", "dlq", "by-job", 4),
-                           self.rebalances, self.metrics)
+        self.stage = Stage("node", NodeStage(self.pipeline, self.clocks, live=False), Outlets(
+            Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)), self.bus,
+            {"nodes": self.table, "clocks": self.clocks}, Topics("alerts", "dlq", "by-job", 4)),
+            self.rebalances, self.metrics)
 
     async def ack(self, ev):
         self.acked.append(ev.message.offset)

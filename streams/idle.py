@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gpufleet.contracts import tables
-from gpufleet.contracts.events import alert
+from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
@@ -124,13 +124,12 @@ class IdleTracker:
                 run.max_util = util
             if run.detected is None and run.duration >= cfg.idle_window_s:
                 run.detected = ts
-                out.event(alert(
-                    "idle", g.uuid, status="firing", severity="warning", node=msg.node, gpu_uuid=g.uuid,
-                    job=run.job, tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=ts,
-                    resolved_at=None, score=run.duration / cfg.idle_window_s,
-                    summary=f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
-                            f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so far",
-                    evidence=self._evidence(run, cfg, currency)))
+                out.event(alert("idle", g.uuid, Facts(
+                    status="firing", severity="warning", where=_where(msg.node, g.uuid, run), started_at=run.start,
+                    detected_at=ts, resolved_at=None, score=run.duration / cfg.idle_window_s, told=Told(
+                        f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
+                        f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so far",
+                        self._evidence(run, cfg, currency)))))
 
     def _evidence(self, run: Run, cfg: StreamConfig, currency: str) -> dict:
         return {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
@@ -147,13 +146,13 @@ class IdleTracker:
             return   # still idle when the input ended: the incident stays open
         why = f"utilization back to {util:g}%" if reason == "busy" else \
             f"no telemetry since {_clock(run.end)} UTC" if reason == "no telemetry" else reason
-        out.event(alert(
-            "idle", uuid, status="resolved", severity="warning", node=node, gpu_uuid=uuid, job=run.job,
-            tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=run.detected, resolved_at=run.end,
-            score=0.0, summary=f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
-            evidence={"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
-                      "end_reason": reason, "resolution": RESOLUTION[reason], "cost": _cost(run),
-                      "price_per_gpu_hour": _money(run.price)}))
+        out.event(alert("idle", uuid, Facts(
+            status="resolved", severity="warning", where=_where(node, uuid, run), started_at=run.start,
+            detected_at=run.detected, resolved_at=run.end, score=0.0, told=Told(
+                f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
+                {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
+                 "end_reason": reason, "resolution": RESOLUTION[reason], "cost": _cost(run),
+                 "price_per_gpu_hour": _money(run.price)}))))
 
     def silence(self, node: str, out: Output) -> None:
         """The node stopped reporting: every idle run ends, its alert resolved at its last sample, "no telemetry"."""
@@ -177,3 +176,7 @@ class IdleTracker:
         t = cls()
         t.runs = {u: Run.from_state(r) for u, r in state.items()}
         return t
+
+
+def _where(node: str, uuid: str, run: Run) -> Where:
+    return Where(node=node, gpu_uuid=uuid, job=run.job, tenant=run.tenant, pool=run.pool)

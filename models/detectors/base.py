@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
-from gpufleet.contracts.events import alert
+from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 
@@ -243,18 +243,19 @@ class Incidents:
         return i
 
 
-def event(kind: str, target: str, status: str, st: Incident, resolved_at: float | None, info: dict, summary: str,
-          evidence: dict) -> dict:
+def event(kind: str, target: str, status: str, st: Incident, resolved_at: float | None, info: dict,
+          told: Told) -> dict:
     """A ``gpufleet.alert.v1`` event for an incident; a resolve's evidence says why (``resolution``) and how often
     the condition cleared and came back within the hold-down (``flaps``)."""
     assert st.detected_at is not None
     if status == "resolved":
-        evidence = {**evidence, "resolution": st.reason or "cleared", "flaps": st.flaps}
-    return alert(kind, target, status=status, severity=info.get("severity", "warning"), node=info.get("node"),
-                 gpu_uuid=info.get("gpu_uuid"), job=info.get("job"), tenant=info.get("tenant"),
-                 pool=info.get("pool"), started_at=st.started_at, detected_at=st.detected_at,
-                 resolved_at=resolved_at if status == "resolved" else None, score=info.get("score", 0.0),
-                 summary=summary, evidence=evidence)
+        told = Told(told.summary, {**told.evidence, "resolution": st.reason or "cleared", "flaps": st.flaps})
+    where = Where(node=info.get("node"), gpu_uuid=info.get("gpu_uuid"), job=info.get("job"),
+                  tenant=info.get("tenant"), pool=info.get("pool"))
+    return alert(kind, target, Facts(status=status, severity=info.get("severity", "warning"), where=where,
+                                     started_at=st.started_at, detected_at=st.detected_at,
+                                     resolved_at=resolved_at if status == "resolved" else None,
+                                     score=info.get("score", 0.0), told=told))
 
 
 def ended(who: str, st: Incident, resolved_at: float | None, lasted: str) -> str | None:

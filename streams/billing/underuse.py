@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpufleet.contracts.events import alert
+from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
 
@@ -192,10 +192,10 @@ class UnderuseTracker:
                     "unsold_amount": _money(inc.unsold), "price_per_gpu_hour": inc.price, "currency": currency}
         if reason:
             evidence["resolution"] = reason
-        return alert(KIND, f"{node}:{tenant}:{job}", status=status, severity="info", node=node, gpu_uuid=None,
-                     job=job or None, tenant=tenant, pool=inc.pool, started_at=inc.start, detected_at=inc.detected,
-                     resolved_at=resolved_at, score=round(max(0.0, 1 - inc.util() / threshold_pct), 4),
-                     summary=summary, evidence=evidence)
+        return alert(KIND, f"{node}:{tenant}:{job}", Facts(
+            status=status, severity="info", where=Where(node=node, job=job or None, tenant=tenant, pool=inc.pool),
+            started_at=inc.start, detected_at=inc.detected, resolved_at=resolved_at,
+            score=round(max(0.0, 1 - inc.util() / threshold_pct), 4), told=Told(summary, evidence)))
 
     def to_state(self) -> dict:
         return {"periods": [[t, j, [[s, p.to_state()] for s, p in ps.items()]] for (t, j), ps in self.periods.items()],

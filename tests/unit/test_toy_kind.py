@@ -9,7 +9,7 @@ from helpers import gpu, message
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import KINDS, Kind, register, unregister
-from gpufleet.models.detectors.base import EPOCH_S, Incidents, event, minutes
+from gpufleet.models.detectors.base import EPOCH_S, Incidents, Told, event, minutes
 from gpufleet.models.train import fit, label, tune
 from gpufleet.streams.embedded import dict_source
 from gpufleet.streams.embedded import run as run_embedded
@@ -38,7 +38,7 @@ def toy_package() -> types.ModuleType:
     def describe(status, info, st, resolved_at):
         summary = (f"GPU {info['index']} on {info['node']} runs hot for {minutes(st):.0f} min" if status == "firing"
                    else f"GPU {info['index']} on {info['node']} is cool again")
-        return event(m.KIND, info["target"], status, st, resolved_at, info, summary, {"temp_c": info["temp"]})
+        return event(m.KIND, info["target"], status, st, resolved_at, info, Told(summary, {"temp_c": info["temp"]}))
 
     def features(temps, utils):
         return [sum(temps) / len(temps) / 100, sum(utils) / len(utils) / 100]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..base import (
     WINDOW_S,
     Incident,
+    Told,
     clip,
     ended,
     event,
@@ -62,4 +63,4 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
                 "iowait_pct": round(info["iowait"], 1), "disk_read_gb_per_s": round(info["disk"], 3),
                 "net_rx_gb_per_s": round(info["net"], 3), "host_cpu_pct": round(info["cpu"], 1),
                 "gpus": info["gpus"], "score": info["score"]}
-    return event(KIND, info["target"], status, st, resolved_at, info, summary, evidence)
+    return event(KIND, info["target"], status, st, resolved_at, info, Told(summary, evidence))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..base import (
     RESOLUTIONS,
     Incident,
+    Told,
     ended,
     event,
     minutes,
@@ -33,4 +34,4 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
                 "slope_gb_per_h": round(info["rate_gb_h"], 3), "used_gb": round(info["used_gb"], 2),
                 "total_gb": round(info["total_gb"], 2), "minutes_to_oom": round(oom, 1), "pid": info["pid"],
                 "score": info["score"]}
-    return event(KIND, info["gpu_uuid"], status, st, resolved_at, info, summary, evidence)
+    return event(KIND, info["gpu_uuid"], status, st, resolved_at, info, Told(summary, evidence))

@@ -6,6 +6,7 @@ from gpufleet.contracts.telemetry import BENIGN_CLOCK_EVENTS
 from ..base import (
     POWER_CAP_BIT,
     Incident,
+    Told,
     ended,
     event,
     minutes,
@@ -83,4 +84,4 @@ def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -
                 "power_limit_w": _r(info.get("limit")), "peers_power_limit_w": _r(info.get("peer_limit")),
                 "throttle_reasons": info["bits"],
                 "peers": info["peers"], "level": info["level"], "score": info["score"]}
-    return event(KIND, info["target"], status, st, resolved_at, info, summary, evidence)
+    return event(KIND, info["target"], status, st, resolved_at, info, Told(summary, evidence))

@@ -68,14 +68,9 @@ def col(name: str, type_: str, default: str | None = None, written: bool = True)
     return Column(name, type_, default, written)
 
 
-def table(name: str, engine: str, order_by: tuple[str, ...], columns: tuple[Column, ...], partition_by: str = "",
-          ttl: str = "", settings: list[str] | tuple[str, ...] = (), dedup: bool = True) -> Table:
-    return Table(name, engine, tuple(order_by), tuple(columns), partition_by, ttl, tuple(settings), dedup)
-
-
-ALERT_DELIVERIES = table("alert_deliveries", "ReplacingMergeTree(updated_at)", dedup=False,
+ALERT_DELIVERIES = Table("alert_deliveries", "ReplacingMergeTree(updated_at)", dedup=False,
     order_by=('id', 'alert_status', 'receiver'),
-    columns=(
+    schema=(
         col('id', 'String'),
         col('alert_status', 'LowCardinality(String)'),
         col('receiver', 'LowCardinality(String)'),
@@ -96,11 +91,11 @@ ALERT_DELIVERIES = table("alert_deliveries", "ReplacingMergeTree(updated_at)", d
         col('updated_at', "DateTime64(3, 'UTC')"),
 ))
 
-ALERTS = table("alerts", "ReplacingMergeTree",
+ALERTS = Table("alerts", "ReplacingMergeTree",
     order_by=('id', 'status'),
     partition_by='toYYYYMM(detected_at)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('id', 'String'),
         col('status', 'LowCardinality(String)'),
         col('dedup_key', 'String'),
@@ -119,10 +114,10 @@ ALERTS = table("alerts", "ReplacingMergeTree",
         col('evidence', 'String'),
 ))
 
-BILLING_ADJUSTMENTS = table("billing_adjustments", "ReplacingMergeTree",
+BILLING_ADJUSTMENTS = Table("billing_adjustments", "ReplacingMergeTree",
     order_by=('gpu_uuid', 'tenant', 'job', 'period_start', 'adjustment_id'),
     partition_by='toYYYYMM(invoice_month)',
-    columns=(
+    schema=(
         col('gpu_uuid', 'LowCardinality(String)'),
         col('tenant', 'LowCardinality(String)'),
         col('job', 'String'),
@@ -168,9 +163,9 @@ BILLING_ADJUSTMENTS = table("billing_adjustments", "ReplacingMergeTree",
         col('estimated_idle_s', 'Decimal(18, 3)'),
 ))
 
-BILLING_COMMITMENT_LEDGER = table("billing_commitment_ledger", "ReplacingMergeTree",
+BILLING_COMMITMENT_LEDGER = Table("billing_commitment_ledger", "ReplacingMergeTree",
     order_by=('month', 'commitment'),
-    columns=(
+    schema=(
         col('month', 'Date'),
         col('commitment', 'String'),
         col('tenant', 'LowCardinality(String)'),
@@ -186,11 +181,11 @@ BILLING_COMMITMENT_LEDGER = table("billing_commitment_ledger", "ReplacingMergeTr
         col('closed_at', "DateTime64(3, 'UTC')"),
 ))
 
-BILLING_LEDGER = table("billing_ledger", "ReplacingMergeTree",
+BILLING_LEDGER = Table("billing_ledger", "ReplacingMergeTree",
     order_by=('gpu_uuid', 'tenant', 'job', 'period_start'),
     partition_by='toYYYYMM(period_start)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('gpu_uuid', 'LowCardinality(String)'),
         col('tenant', 'LowCardinality(String)'),
         col('job', 'String'),
@@ -230,18 +225,18 @@ BILLING_LEDGER = table("billing_ledger", "ReplacingMergeTree",
         col('rerated_at', "DateTime64(3, 'UTC')", default='0', written=False),
 ))
 
-BILLING_MONTHS = table("billing_months", "ReplacingMergeTree",
+BILLING_MONTHS = Table("billing_months", "ReplacingMergeTree",
     order_by=('month',),
-    columns=(
+    schema=(
         col('month', 'Date'),
         col('closed_at', "DateTime64(3, 'UTC')"),
         col('reason', 'String'),
 ))
 
-BILLING_RERATE_AUDIT = table("billing_rerate_audit", "ReplacingMergeTree",
+BILLING_RERATE_AUDIT = Table("billing_rerate_audit", "ReplacingMergeTree",
     order_by=('rerate_id', 'gpu_uuid', 'tenant', 'job', 'period_start'),
     partition_by='toYYYYMM(period_start)',
-    columns=(
+    schema=(
         col('rerate_id', 'String'),
         col('at', "DateTime64(3, 'UTC')"),
         col('reason', 'String'),
@@ -262,12 +257,12 @@ BILLING_RERATE_AUDIT = table("billing_rerate_audit", "ReplacingMergeTree",
         col('applied_to', 'LowCardinality(String)'),
 ))
 
-DEAD_LETTERS = table("dead_letters", "MergeTree", dedup=False,
+DEAD_LETTERS = Table("dead_letters", "MergeTree", dedup=False,
     order_by=('reason_code', 'received_at'),
     partition_by='toYYYYMM(received_at)',
     ttl='toDateTime(received_at) + toIntervalDay(30)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('received_at', "DateTime64(3, 'UTC')"),
         col('reason_code', 'LowCardinality(String)'),
         col('reason', 'String'),
@@ -275,11 +270,11 @@ DEAD_LETTERS = table("dead_letters", "MergeTree", dedup=False,
         col('payload', 'String'),
 ))
 
-FORECASTS = table("forecasts", "ReplacingMergeTree",
+FORECASTS = Table("forecasts", "ReplacingMergeTree",
     order_by=('pool', 'made_at', 'ts'),
     partition_by='toYYYYMM(made_at)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('pool', 'LowCardinality(String)'),
         col('made_at', "DateTime('UTC')"),
         col('ts', "DateTime('UTC')"),
@@ -290,11 +285,11 @@ FORECASTS = table("forecasts", "ReplacingMergeTree",
         col('method', 'LowCardinality(String)'),
 ))
 
-GPU_ROLLUP_1M = table("gpu_rollup_1m", "ReplacingMergeTree",
+GPU_ROLLUP_1M = Table("gpu_rollup_1m", "ReplacingMergeTree",
     order_by=('gpu_uuid', 'minute'),
     partition_by='toYYYYMM(minute)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('minute', "DateTime('UTC')"),
         col('node', 'LowCardinality(String)'),
         col('pool', 'LowCardinality(String)'),
@@ -333,12 +328,12 @@ GPU_ROLLUP_1M = table("gpu_rollup_1m", "ReplacingMergeTree",
         col('rented_ms', 'UInt32', default='0'),
 ))
 
-GPU_SAMPLES = table("gpu_samples", "ReplacingMergeTree",
+GPU_SAMPLES = Table("gpu_samples", "ReplacingMergeTree",
     order_by=('node', 'gpu_uuid', 'ts'),
     partition_by='toDate(ts)',
     ttl='inserted_at + toIntervalDay(14)',
-    settings=['ttl_only_drop_parts = 1', 'non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('ttl_only_drop_parts = 1', 'non_replicated_deduplication_window = 10000',),
+    schema=(
         col('ts', "DateTime64(3, 'UTC')"),
         col('node', 'LowCardinality(String)'),
         col('pool', 'LowCardinality(String)'),
@@ -362,11 +357,11 @@ GPU_SAMPLES = table("gpu_samples", "ReplacingMergeTree",
         col('inserted_at', "DateTime('UTC')", default='now()', written=False),
 ))
 
-IDLE_WINDOWS = table("idle_windows", "ReplacingMergeTree(ended_at)",
+IDLE_WINDOWS = Table("idle_windows", "ReplacingMergeTree(ended_at)",
     order_by=('gpu_uuid', 'started_at'),
     partition_by='toYYYYMM(started_at)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('gpu_uuid', 'LowCardinality(String)'),
         col('started_at', "DateTime64(3, 'UTC')"),
         col('ended_at', "DateTime64(3, 'UTC')"),
@@ -382,11 +377,11 @@ IDLE_WINDOWS = table("idle_windows", "ReplacingMergeTree(ended_at)",
         col('open', 'UInt8'),
 ))
 
-JOB_ROLLUP_1M = table("job_rollup_1m", "ReplacingMergeTree",
+JOB_ROLLUP_1M = Table("job_rollup_1m", "ReplacingMergeTree",
     order_by=('job', 'minute'),
     partition_by='toYYYYMM(minute)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('minute', "DateTime('UTC')"),
         col('job', 'String'),
         col('tenant', 'LowCardinality(String)'),
@@ -404,11 +399,11 @@ JOB_ROLLUP_1M = table("job_rollup_1m", "ReplacingMergeTree",
         col('slowest_node', 'LowCardinality(String)'),
 ))
 
-NODE_ROLLUP_1M = table("node_rollup_1m", "ReplacingMergeTree",
+NODE_ROLLUP_1M = Table("node_rollup_1m", "ReplacingMergeTree",
     order_by=('node', 'minute'),
     partition_by='toYYYYMM(minute)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('minute', "DateTime('UTC')"),
         col('node', 'LowCardinality(String)'),
         col('pool', 'LowCardinality(String)'),
@@ -449,11 +444,11 @@ NODE_ROLLUP_1M = table("node_rollup_1m", "ReplacingMergeTree",
         col('gpu_pcie_tx_bytes_per_s_max', 'Nullable(Float64)'),
 ))
 
-SCALE_EVENTS = table("scale_events", "ReplacingMergeTree",
+SCALE_EVENTS = Table("scale_events", "ReplacingMergeTree",
     order_by=('pool', 'at'),
     partition_by='toYYYYMM(at)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('pool', 'LowCardinality(String)'),
         col('at', "DateTime('UTC')"),
         col('action', 'LowCardinality(String)'),
@@ -471,18 +466,18 @@ SCALE_EVENTS = table("scale_events", "ReplacingMergeTree",
         col('changed', 'UInt8', default="action != 'hold'"),
 ))
 
-SCHEMA_MIGRATIONS = table("schema_migrations", "ReplacingMergeTree",
+SCHEMA_MIGRATIONS = Table("schema_migrations", "ReplacingMergeTree",
     order_by=('version',),
-    columns=(
+    schema=(
         col('version', 'UInt32'),
         col('name', 'String'),
         col('checksum', 'String'),
         col('applied_at', "DateTime('UTC')", default='now()', written=False),
 ))
 
-SILENCES = table("silences", "ReplacingMergeTree(updated_at)",
+SILENCES = Table("silences", "ReplacingMergeTree(updated_at)",
     order_by=('id',),
-    columns=(
+    schema=(
         col('id', 'String'),
         col('matchers', 'Array(String)'),
         col('starts_at', "DateTime64(3, 'UTC')"),
@@ -492,11 +487,11 @@ SILENCES = table("silences", "ReplacingMergeTree(updated_at)",
         col('updated_at', "DateTime64(3, 'UTC')"),
 ))
 
-USAGE_GPU_1M = table("usage_gpu_1m", "ReplacingMergeTree",
+USAGE_GPU_1M = Table("usage_gpu_1m", "ReplacingMergeTree",
     order_by=('pool', 'minute', 'gpu_uuid'),
     partition_by='toYYYYMM(minute)',
-    settings=['non_replicated_deduplication_window = 10000'],
-    columns=(
+    settings=('non_replicated_deduplication_window = 10000',),
+    schema=(
         col('minute', "DateTime('UTC')"),
         col('pool', 'LowCardinality(String)'),
         col('tenant', 'LowCardinality(String)'),

@@ -221,9 +221,7 @@ class ForecastRunner:
                 d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s, next_decision_s=cfg.every_s,
                            history_s=t - first)
                 standing[pool] = next_standing(standing.get(pool), d)
-                se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason, rented_gpus=d.rented_gpus,
-                                 capacity_gpus=d.capacity_gpus,
-                                 capacity_request=d.capacity_request.to_dict() if d.capacity_request else None)
+                se = scale_event(pool, d)
                 if not d.dry_run:
                     events.append(se)
                 rows[SCALE_EVENTS].append(scale_row(se, d.dry_run, policy.lead_time_s, d.changed))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from . import COMMANDS
-from .common import fleet_options, settings_of, spec_of, store_options, tee, writable_store
+from .common import Progress, fleet_options, settings_of, spec_of, store_options, tee, writable_store
 from .embedded import notifier_of, print_run, run_embedded
 from .notify import finish
 
@@ -33,8 +33,8 @@ def cmd_demo(args) -> int:
     events_path = os.path.join(args.save, "events.jsonl") if args.save else None
     try:
         notifier = notifier_of(args, settings, store)
-        result = run_embedded(settings, dict_source(messages), spec.messages_total, "pipeline", events_path,
-                               None, store, notifier)
+        result = run_embedded(settings, dict_source(messages), Progress("pipeline", spec.messages_total),
+                              events_path, None, store, notifier)
         print_run(result, events_path, None)
         if notifier is not None:
             finish(notifier)

@@ -6,7 +6,7 @@ import sys
 from gpufleet.errors import UsageError
 
 from . import COMMANDS
-from .common import settings_of, store_options, writable_store
+from .common import Progress, settings_of, store_options, writable_store
 from .embedded import notifier_of, print_run, run_embedded, show_dead
 from .notify import finish
 
@@ -22,7 +22,7 @@ def cmd_replay(args) -> int:
     source = file_source(args.file)
     try:
         notifier = notifier_of(args, settings, store)
-        result = run_embedded(settings, source, None, "replay", args.events, args.dead_letters, store, notifier)
+        result = run_embedded(settings, source, Progress("replay"), args.events, args.dead_letters, store, notifier)
         print_run(result, args.events, args.dead_letters)
         if notifier is not None:
             finish(notifier)

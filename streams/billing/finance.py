@@ -93,9 +93,9 @@ def rerate(store, tariff: Tariff, start: dt.datetime, end: dt.datetime, reason: 
         if to == "ledger":
             fresh.append((*(updated[c] for c in ledger.LEDGER_COLUMNS), round(now * 1000)))
         else:
-            adjustments.append(ledger.adjustment(
-                updated, ledger.RERATE, rerate_id, ledger.invoice_month(ledger.month_of(row["period_start"]), closed),
-                reason, change, new["idle_amount"] - Decimal(row["idle_amount"]), at=now))
+            adjustments.append(ledger.adjustment(updated, ledger.Change(
+                ledger.RERATE, rerate_id, ledger.invoice_month(ledger.month_of(row["period_start"]), closed), now,
+                reason, change, new["idle_amount"] - Decimal(row["idle_amount"]))))
     if write:
         _write_rerate(store, audit, fresh, adjustments)
     return {"rerate_id": rerate_id, "rows": len(rows), "changed": len(audit), "ledger": len(fresh),

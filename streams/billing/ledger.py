@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
-import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 from gpufleet.contracts import tables
@@ -78,12 +78,23 @@ def closed_months(store) -> set[dt.date]:
     return {m for (m,) in store.query(f"SELECT month FROM {store.table('billing_months')} FINAL")}
 
 
-def adjustment(row: dict, kind: str, adjustment_id: str, invoice: dt.date, reason: str, amount_change: Decimal,
-               idle_amount_change: Decimal, at: float | None = None) -> tuple:
+@dataclass(frozen=True)
+class Change:
+    """What an adjustment adds to a ledger row: its kind (late usage, a re-rating) and id, the month it is
+    invoiced in, when (Unix seconds), why, and the change of the amount and of its idle part."""
+
+    kind: str
+    adjustment_id: str
+    invoice_month: dt.date
+    at: float
+    reason: str
+    amount_change: Decimal
+    idle_amount_change: Decimal
+
+
+def adjustment(row: dict, change: Change) -> tuple:
     """A ``billing_adjustments`` row: the ledger row ``row`` (by column name) with what the adjustment adds."""
-    extra = {"adjustment_id": adjustment_id, "kind": kind, "invoice_month": invoice,
-             "at": round((time.time() if at is None else at) * 1000), "reason": reason,
-             "amount_change": amount_change, "idle_amount_change": idle_amount_change}
+    extra = {**vars(change), "at": round(change.at * 1000)}
     return tuple(extra[c] if c in extra else row[c] for c in ADJUSTMENTS.columns)
 
 

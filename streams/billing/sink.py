@@ -48,9 +48,9 @@ class LedgerSink:
             if key(r) in stored:
                 continue
             d = ledger.as_dict(r)
-            adjustments.append(ledger.adjustment(
-                d, ledger.LATE, "late", ledger.invoice_month(ledger.month_of(d["period_start"]), closed),
-                "arrived after the month was closed", d["amount"], d["idle_amount"], at=0))
+            adjustments.append(ledger.adjustment(d, ledger.Change(
+                ledger.LATE, "late", ledger.invoice_month(ledger.month_of(d["period_start"]), closed), 0,
+                "arrived after the month was closed", d["amount"], d["idle_amount"])))
         late_batch = store.prepare(ledger.ADJUSTMENTS.name, ledger.ADJUSTMENTS.columns, adjustments)
         self.late_rows += len(late_batch.rows)                 # those not stored yet
         return [store.prepare(LEDGER.name, LEDGER.columns, fresh), late_batch]

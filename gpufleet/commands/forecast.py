@@ -133,7 +133,7 @@ def backtest_command(args) -> int:
     rentals = read_rentals_arg(args)
     log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
     started = time.monotonic()
-    bt = backtest.run(series, horizon_s, test_from, every_s=every_s, refit_every_s=refit_s, progress=log,
+    bt = backtest.run(series, horizon_s, test_from, backtest.Schedule(every_s, refit_s), progress=log,
                       rentals=rentals)
     seconds = time.monotonic() - started
     rep = bt.report()
@@ -240,7 +240,7 @@ def simulate_command(args) -> int:
     horizon = int(round(2 * DAY / series.step_s))
     log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
     started = time.monotonic()
-    r = backtest.rolling(series, start, horizon, every_s=every_s, refit_every_s=refit_s, progress=log,
+    r = backtest.rolling(series, start, horizon, backtest.Schedule(every_s, refit_s), progress=log,
                          rentals=rentals)
 
     def forecast_at(i: int):

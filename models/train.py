@@ -28,7 +28,7 @@ from gpufleet.contracts.output import Output
 from . import evaluate
 from .artifact import KindModel, Model
 from .detectors import FEATURE_VERSION, FEATURES, KINDS, REGISTRY, module
-from .detectors.base import Incidents
+from .detectors.base import Incidents, Judge
 
 log = logging.getLogger("gpufleet.model")
 
@@ -196,7 +196,7 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
     for (key, ts, _x, info), p, u in zip(rows, positive, urgent):
         if p and not u and held_back is not None and held_back(key, info, tracker):
             p = False
-        tracker.observe(key, p, ts, decider, info, out, describe, urgent=u)
+        tracker.observe(key, p, ts, info, Judge(decider, out, describe), urgent=u)
     fired = [e for e in out.events if e["status"] == "firing"]
     for e in fired:                               # ids unique per incident, as alert ids are
         e["id"] = f"{e['id']}:{e['gpu_uuid'] or e['node']}:{e['job']}"

@@ -16,7 +16,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Self
+from typing import NamedTuple, Protocol, Self
 
 from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
@@ -173,6 +173,15 @@ RESOLUTIONS = {
 Describe = Callable[[str, dict, Incident, float | None], dict]   # status, info, incident, resolved_at
 
 
+class Judge(NamedTuple):
+    """How a detector's windows become incidents and events: its trained part (thresholds, persistence), where
+    the events go, and its kind's wording."""
+
+    decider: Decider
+    out: Output
+    describe: Describe
+
+
 class Incidents:
     """Open and pending incidents of one processor, by dedup key."""
 
@@ -181,9 +190,9 @@ class Incidents:
     def __init__(self) -> None:
         self.by_key: dict[str, Incident] = {}
 
-    def observe(self, key: str, positive: bool, ts: float, decider: Decider, info: dict, out: Output,
-                describe: Describe, urgent: bool = False) -> None:
+    def observe(self, key: str, positive: bool, ts: float, info: dict, judge: Judge, urgent: bool = False) -> None:
         """One window's decision; an ``urgent`` positive opens the incident without waiting for ``persist_on``."""
+        decider, out, describe = judge
         st = self.by_key.get(key)
         if positive:
             if st is None:

@@ -9,7 +9,7 @@ from helpers import gpu, message
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import KINDS, Kind, register, unregister
-from gpufleet.models.detectors.base import EPOCH_S, Incidents, Told, event, minutes
+from gpufleet.models.detectors.base import EPOCH_S, Incidents, Judge, Told, event, minutes
 from gpufleet.models.train import fit, label, tune
 from gpufleet.streams.embedded import dict_source
 from gpufleet.streams.embedded import run as run_embedded
@@ -58,7 +58,8 @@ def toy_package() -> types.ModuleType:
                     info = {**info, "target": uuid, "score": round(score, 4), "temp": x[0] * 100}
                     if ctx.recorder is not None:
                         ctx.recorder(m.KIND, key, at, x, info)
-                    self.incidents.observe(key, decide(x, score, decider, info), at, decider, info, ctx.out, describe)
+                    self.incidents.observe(key, decide(x, score, decider, info), at, info,
+                                           Judge(decider, ctx.out, describe))
                 self.seen = {}
             self.epoch = epoch
             for g in msg.gpus:

@@ -9,7 +9,8 @@ from ..base import (
     EPOCH_S,
     Decider,
     Incidents,
-    Recorder,
+    Judge,
+    NodeContext,
     StateError,
     mean,
     not_nan,
@@ -38,17 +39,16 @@ class Detector:
     def add(self, msg, decider: Decider, ctx) -> None:
         """One node message (in ts order); GPUs in ``ctx.flags.quiet`` (just restarted) are left out, and
         the jobs starved of input go into ``ctx.flags.starved``."""
-        self._add(msg, decider, ctx.out, ctx.tenant_of, ctx.flags.quiet, ctx.recorder)
+        self._add(msg, decider, ctx)
         ctx.flags.starved |= self.starved_jobs()
 
-    def _add(self, msg, decider: Decider, out: Output, tenant_of: dict, quiet: set[str],
-             recorder: Recorder | None) -> None:
+    def _add(self, msg, decider: Decider, ctx: NodeContext) -> None:
         ts = msg.ts
         self.interval = msg.interval_s or self.interval
         epoch_s = max(EPOCH_S, self.interval)
         epoch = int(ts // epoch_s)
         if self.epoch is not None and epoch > self.epoch:
-            self._evaluate(msg.node, msg.pool, (self.epoch + 1) * epoch_s, decider, out, tenant_of, quiet, recorder)
+            self._evaluate(msg.node, msg.pool, (self.epoch + 1) * epoch_s, decider, ctx)
         self.epoch = epoch
         host = msg.host
         if host is not None:
@@ -66,8 +66,8 @@ class Detector:
         for uuid in [u for u, w in self.gpus.items() if not w.data or w.last_ts() <= cutoff]:
             del self.gpus[uuid]
 
-    def _evaluate(self, node: str, pool, at: float, decider: Decider, out: Output, tenant_of: dict,
-                  quiet: set[str], recorder: Recorder | None) -> None:
+    def _evaluate(self, node: str, pool, at: float, decider: Decider, ctx: NodeContext) -> None:
+        out, tenant_of, quiet, recorder = ctx.out, ctx.tenant_of, ctx.flags.quiet, ctx.recorder
         start = at - window_s(self.interval)
         by_job: dict[str, tuple[list[float], list[float], set[float]]] = {}   # utils, has_process, GPU indices
         job_usual: dict[str, list[float]] = {}
@@ -124,11 +124,11 @@ class Detector:
             if positive and held_back(key, info, self.incidents):
                 positive = False
                 held.add(info["job"])    # not paged, but starved with the node's input path: not a straggler
-            self.incidents.observe(key, positive, at, decider, info, out, describe)
+            self.incidents.observe(key, positive, at, info, Judge(decider, out, describe))
         self.held = held
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
-                self.incidents.observe(key, False, at, decider, {}, out, describe)
+                self.incidents.observe(key, False, at, {}, Judge(decider, out, describe))
 
     @property
     def usual(self) -> dict[str, tuple[float, float, str]]:

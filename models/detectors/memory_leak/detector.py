@@ -8,6 +8,7 @@ from gpufleet.contracts.output import Output
 from ..base import (
     Decider,
     Incidents,
+    Judge,
     Recorder,
     StateError,
 )
@@ -100,7 +101,7 @@ class Detector:
             key = f"{KIND}:{g.uuid}"
             if x is None:
                 if key in self.incidents.by_key:
-                    self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
+                    self.incidents.observe(key, False, msg.ts, {}, Judge(decider, out, describe))
                 continue
             score = next(scores)
             oom, rate, over = oom_estimate(x)
@@ -117,7 +118,7 @@ class Detector:
             positive, now = decide(x, score, decider, info), urgent(x, score, decider, info)
             if positive and not now and held_back(key, info, self.incidents):
                 positive = False
-            self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
+            self.incidents.observe(key, positive, msg.ts, info, Judge(decider, out, describe), urgent=now)
 
     def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """The node stopped reporting at ``ts``: its incidents resolve, "no telemetry since"."""

@@ -10,6 +10,7 @@ from ..base import (
     Incidents,
     JobContext,
     JobItem,
+    Judge,
     StateError,
     median,
     union,
@@ -141,11 +142,11 @@ class Detector:
             info["score"] = round(score, 4)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
-            self.incidents.observe(key, positive, at, decider, info, out, describe,
+            self.incidents.observe(key, positive, at, info, Judge(decider, out, describe),
                                    urgent=positive and urgent(x, score, decider, info))
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
-                self.incidents.observe(key, False, at, decider, {}, out, describe)
+                self.incidents.observe(key, False, at, {}, Judge(decider, out, describe))
 
     def _limits(self, mine: list[str], others: list[str]) -> dict:
         """The power limit of a GPU (a node: its typical GPU's) and its peers' median, W (None where unknown)."""

@@ -8,7 +8,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
 from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
-from gpufleet.models.detectors.base import Incidents, StateError
+from gpufleet.models.detectors.base import Incidents, Judge, StateError
 
 
 def test_every_detector_is_one_package_in_the_registry():
@@ -75,7 +75,7 @@ def test_incidents_fire_once_and_resolve_with_one_id():
 
     for ts, positive in ((0, True), (30, False), (60, True), (90, True), (120, True), (150, False), (180, True),
                          (210, False), (240, False), (270, False), (300, False)):
-        inc.observe("straggler:g", positive, ts, km, {}, out, describe)
+        inc.observe("straggler:g", positive, ts, {}, Judge(km, out, describe))
     assert out.events == [{"status": "firing", "started": 60, "detected": 90, "resolved": None},
                           {"status": "resolved", "started": 60, "detected": 90, "resolved": 210}]   # when it cleared
 
@@ -92,13 +92,13 @@ def test_a_condition_that_clears_and_returns_within_the_hold_down_is_one_inciden
     # fires at 0; clears at 60 (two negatives by 90, which would resolve without a hold-down); back at 240, within
     # 300 s of 60: the same incident; clears at 270 and stays clear: resolves once 300 s have passed, at 570
     for ts in range(0, 900, 30):
-        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, km, {}, out, describe)
+        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, {}, Judge(km, out, describe))
     assert out.events == [{"status": "firing", "started": 0, "resolved": None, "flaps": 0, "reason": ""},
                           {"status": "resolved", "started": 0, "resolved": 270, "flaps": 1, "reason": "cleared"}]
     km.hold_down_s = 0.0
     inc, out = Incidents(), Output()
     for ts in range(0, 900, 30):
-        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, km, {}, out, describe)
+        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, {}, Judge(km, out, describe))
     assert [e["status"] for e in out.events] == ["firing", "resolved", "firing", "resolved"]    # two pages
 
 
@@ -111,8 +111,8 @@ def test_a_closed_incident_says_why_and_a_pending_one_is_forgotten():
         return {"status": status, "key": info["key"], "resolved": resolved_at, "reason": st.reason}
 
     for key in ("straggler:a", "straggler:b"):
-        inc.observe(key, True, 0, km, {"key": key}, out, describe)
-    inc.observe("straggler:a", True, 30, km, {"key": "straggler:a"}, out, describe)
+        inc.observe(key, True, 0, {"key": key}, Judge(km, out, describe))
+    inc.observe("straggler:a", True, 30, {"key": "straggler:a"}, Judge(km, out, describe))
     inc.close_all(45, describe, out, "no_telemetry")
     assert out.events == [{"status": "firing", "key": "straggler:a", "resolved": None, "reason": ""},
                           {"status": "resolved", "key": "straggler:a", "resolved": 45, "reason": "no_telemetry"}]
@@ -128,7 +128,7 @@ def test_an_urgent_positive_opens_the_incident_at_once():
         return {"status": status, "detected": st.detected_at}
 
     for ts, positive, urgent in ((0, True, False), (60, True, False), (120, True, True), (180, True, True)):
-        inc.observe("memory_leak:g", positive, ts, km, {}, out, describe, urgent=urgent)
+        inc.observe("memory_leak:g", positive, ts, {}, Judge(km, out, describe), urgent=urgent)
     assert out.events == [{"status": "firing", "detected": 120}]          # not 180, the fourth in a row
 
 

@@ -4,7 +4,7 @@ import random
 
 from gpufleet.contracts.output import Output
 from gpufleet.models.detectors import io_starvation
-from gpufleet.models.detectors.base import Incidents
+from gpufleet.models.detectors.base import Incidents, Judge
 from gpufleet.models.train import incidents, positives
 
 
@@ -91,7 +91,7 @@ def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_b
                       precedence=False)       # a baseline's rule knows nothing of it
     assert [(e["job"], e["detected_at"]) for e in plain] == [("infer-1", 30), ("nb-2", 60), ("nb-3", 60)]
     open_a = Incidents()
-    open_a.observe(a, True, 30.0, decider, {}, Output(), lambda *args: {})
+    open_a.observe(a, True, 30.0, {}, Judge(decider, Output(), lambda *args: {}))
     n1, n2 = {"node": "n1"}, {"node": "n2"}
     assert io_starvation.held_back(b, n1, open_a) and not io_starvation.held_back(a, n1, open_a)
     assert not io_starvation.held_back(c, n2, open_a)

@@ -51,7 +51,7 @@ def in_force_rows(store, start: dt.datetime, end: dt.datetime, tenant: str | Non
     params = {"start": start, "end": end, "tenant": tenant}
     cols = ", ".join(ledger.LEDGER_COLUMNS)
     by_key: dict[tuple, dict] = {}
-    for r in _rows(store, f"SELECT {cols} FROM billing_ledger FINAL WHERE {where}", params):
+    for r in _rows(store, f"SELECT {cols} FROM {LEDGER.name} FINAL WHERE {where}", params):
         r["_source"] = "ledger"
         by_key[ledger.key_of(tuple(r[c] for c in ledger.LEDGER_COLUMNS))] = r
     latest = (f"SELECT {', '.join(f'argMax({c}, at) AS {c}' for c in ledger.LEDGER_COLUMNS[4:])}, "
@@ -178,7 +178,7 @@ def close(store, tariff: Tariff, month: dt.date, reason: str, now: float | None 
         raise ValueError(f"{month:%Y-%m} is not over yet: it ends {end:%Y-%m-%d %H:%M} UTC")
     if month in ledger.closed_months(store):
         return {"month": month, "already": True, "commitments": 0, "rows": None}
-    rows = store.query("SELECT count() FROM billing_ledger FINAL WHERE toStartOfMonth(period_start) = %(m)s",
+    rows = store.query(f"SELECT count() FROM {LEDGER.name} FINAL WHERE toStartOfMonth(period_start) = %(m)s",
                        {"m": month})[0][0]
     commitments = [r for found in commitment_months(store, tariff, month).values() for r in found]
     at = round(now * 1000)

@@ -78,9 +78,8 @@ def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
             "ServiceName": "GPU rental", "AvailabilityZone": None, "ChargeClass": None,
             "CommitmentDiscountCategory": None, "CommitmentDiscountId": None, "CommitmentDiscountName": None,
             "CommitmentDiscountStatus": None, "CommitmentDiscountType": None}
-    names, found = store.select(f"SELECT {', '.join(ledger.LEDGER_COLUMNS)} FROM {ledger.LEDGER.name} FINAL "
-                                "WHERE period_start >= %(s)s AND period_start < %(e)s", {"s": start, "e": end})
-    ledger_rows = [dict(zip(names, r)) for r in found]
+    ledger_rows = store.records(ledger.LEDGER, "period_start >= %(s)s AND period_start < %(e)s",
+                                {"s": start, "e": end})
     usage = _usage(ledger_rows)
     months = _commitment_months(tariff, month, usage)
     out = _usage_rows(base, tariff, ledger_rows, usage, months)
@@ -94,18 +93,18 @@ def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
     return out
 
 
-def _used_s(r: dict) -> Fraction:
+def _used_s(r) -> Fraction:
     """GPU-seconds of a ledger row: its rented seconds times its share of the physical GPU."""
-    return Fraction(Decimal(r["rented_s"])) * Fraction(Decimal(r["gpu_share"] or 1))
+    return Fraction(Decimal(r.rented_s)) * Fraction(Decimal(r.gpu_share or 1))
 
 
-def _usage(ledger_rows: list[dict]) -> dict[tuple[str, str], dict]:
+def _usage(ledger_rows: list) -> dict[tuple[str, str], dict]:
     """Per tenant and currency, per (pool, period start): GPU-seconds used and their amount."""
     usage: dict[tuple[str, str], dict] = defaultdict(dict)
     for r in ledger_rows:
-        k = (r["pool"], ledger.unix(r["period_start"]))
-        was = usage[(r["tenant"], r["currency"])].get(k, (Fraction(0), Fraction(0)))
-        usage[(r["tenant"], r["currency"])][k] = (was[0] + _used_s(r), was[1] + Fraction(Decimal(r["amount"])))
+        k = (r.pool, ledger.unix(r.period_start))
+        was = usage[(r.tenant, r.currency)].get(k, (Fraction(0), Fraction(0)))
+        usage[(r.tenant, r.currency)][k] = (was[0] + _used_s(r), was[1] + Fraction(Decimal(r.amount)))
     return usage
 
 
@@ -120,15 +119,15 @@ def _commitment_months(tariff: Tariff, month: dt.date, usage: dict[tuple[str, st
     return months
 
 
-def _usage_rows(base: dict, tariff: Tariff, ledger_rows: list[dict], usage: dict, months: dict) -> list[dict]:
+def _usage_rows(base: dict, tariff: Tariff, ledger_rows: list, usage: dict, months: dict) -> list[dict]:
     """Usage rows: per GPU, tenant, mode, price version, day and commitment (None: not covered)."""
     groups: dict[tuple, dict] = {}
     for r in ledger_rows:
-        t, cur = r["tenant"], r["currency"]
-        ps = ledger.unix(r["period_start"])
-        k = (r["pool"], ps)
-        used, amount = _used_s(r), Fraction(Decimal(r["amount"]))
-        od = Fraction(Decimal(r["mode_amounts"].get("on_demand", r["amount"])))
+        t, cur = r.tenant, r.currency
+        ps = ledger.unix(r.period_start)
+        k = (r.pool, ps)
+        used, amount = _used_s(r), Fraction(Decimal(r.amount))
+        od = Fraction(Decimal(r.mode_amounts.get("on_demand", r.amount)))
         total_used = usage[(t, cur)][k][0]
         parts: list[tuple] = []
         left = Fraction(1)
@@ -142,8 +141,8 @@ def _usage_rows(base: dict, tariff: Tariff, ledger_rows: list[dict], usage: dict
         for m, share in parts:
             if share <= 0:
                 continue
-            key = (t, cur, r["gpu_uuid"], r["pool"], r["gpu_model"], r["billing_mode"], r["price_version"],
-                   r["team"], day, None if m is None else m.commitment.name)
+            key = (t, cur, r.gpu_uuid, r.pool, r.gpu_model, r.billing_mode, r.price_version,
+                   r.team, day, None if m is None else m.commitment.name)
             g = groups.setdefault(key, {"row": r, "m": m, "day": day, "consumed": Fraction(0), "amount": Fraction(0),
                                         "list": Fraction(0), "effective": Fraction(0), "priced": Fraction(0)})
             g["consumed"] += used * share
@@ -158,21 +157,21 @@ def _usage_rows(base: dict, tariff: Tariff, ledger_rows: list[dict], usage: dict
 def _usage_row(base: dict, tariff: Tariff, g: dict) -> dict:
     r, m, day = g["row"], g["m"], g["day"]
     covered = m is not None
-    row = {**base, **_account(r["tenant"], r["team"], r["currency"], r["pool"]),
+    row = {**base, **_account(r.tenant, r.team, r.currency, r.pool),
            "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
            "ChargePeriodStart": _iso(day), "ChargePeriodEnd": _iso(day + dt.timedelta(days=1)),
-           "ChargeDescription": (f"{r['gpu_model'] or 'GPU'} in {r['pool'] or 'no pool'}, {r['billing_mode']}" +
+           "ChargeDescription": (f"{r.gpu_model or 'GPU'} in {r.pool or 'no pool'}, {r.billing_mode}" +
                                  (f", covered by commitment {m.commitment.name}" if covered else "")),
            "ConsumedQuantity": g["consumed"] / HOUR, "ConsumedUnit": "GPU-Hour",
            "PricingQuantity": (g["consumed"] if covered else g["priced"]) / HOUR, "PricingUnit": "GPU-Hour",
-           "PricingCategory": "Committed" if covered else PRICING_CATEGORY.get(r["billing_mode"], "Other"),
+           "PricingCategory": "Committed" if covered else PRICING_CATEGORY.get(r.billing_mode, "Other"),
            "ListUnitPrice": Fraction(_list_price(tariff, r)), "ListCost": g["list"],
-           "ContractedUnitPrice": Fraction(Decimal(r["price_per_gpu_hour"])), "ContractedCost": g["amount"],
+           "ContractedUnitPrice": Fraction(Decimal(r.price_per_gpu_hour)), "ContractedCost": g["amount"],
            "BilledCost": Fraction(0) if covered else g["amount"], "EffectiveCost": g["effective"],
-           "ResourceId": r["gpu_uuid"], "ResourceName": f"{r['node']} GPU {r['gpu_index']}" +
-           (f" ({r['mig_profile']})" if r["mig_profile"] else ""),
-           "ResourceType": "MIG instance" if r["mig_profile"] else "GPU",
-           "SkuId": f"{r['gpu_model'] or 'GPU'}/{r['billing_mode']}", "SkuPriceId": r["price_version"] or "-",
+           "ResourceId": r.gpu_uuid, "ResourceName": f"{r.node} GPU {r.gpu_index}" +
+           (f" ({r.mig_profile})" if r.mig_profile else ""),
+           "ResourceType": "MIG instance" if r.mig_profile else "GPU",
+           "SkuId": f"{r.gpu_model or 'GPU'}/{r.billing_mode}", "SkuPriceId": r.price_version or "-",
            "Tags": _tags(r)}
     if covered:
         row.update(_commitment_columns(m, "Used"))
@@ -234,18 +233,18 @@ def _adjustment_rows(store, base: dict, month: dt.date) -> list[dict]:
     return out
 
 
-def _priced_s(r: dict) -> Fraction:
+def _priced_s(r) -> Fraction:
     """The GPU-seconds the tenant's mode priced: rented (and the on-demand minimum's top-up), or under usage
     billing its busy or utilization-weighted time."""
-    share = Fraction(Decimal(r["gpu_share"] or 1))
-    if r["billing_mode"] == "usage" and Decimal(r["price_per_gpu_hour"]):
-        return Fraction(Decimal(r["amount"])) / Fraction(Decimal(r["price_per_gpu_hour"])) * HOUR
-    return (Fraction(Decimal(r["rented_s"])) + Fraction(Decimal(r["minimum_topup_s"]))) * share
+    share = Fraction(Decimal(r.gpu_share or 1))
+    if r.billing_mode == "usage" and Decimal(r.price_per_gpu_hour):
+        return Fraction(Decimal(r.amount)) / Fraction(Decimal(r.price_per_gpu_hour)) * HOUR
+    return (Fraction(Decimal(r.rented_s)) + Fraction(Decimal(r.minimum_topup_s))) * share
 
 
-def _list_price(tariff: Tariff, r: dict) -> Decimal:
-    p = tariff.price("on_demand", r["pool"] or None, r["gpu_model"] or None, ledger.unix(r["period_start"]))
-    return p.per_gpu_hour if p is not None and p.per_gpu_hour is not None else Decimal(r["price_per_gpu_hour"])
+def _list_price(tariff: Tariff, r) -> Decimal:
+    p = tariff.price("on_demand", r.pool or None, r.gpu_model or None, ledger.unix(r.period_start))
+    return p.per_gpu_hour if p is not None and p.per_gpu_hour is not None else Decimal(r.price_per_gpu_hour)
 
 
 def _account(tenant: str, team: str, currency: str, pool: str) -> dict:
@@ -254,10 +253,10 @@ def _account(tenant: str, team: str, currency: str, pool: str) -> dict:
             "RegionId": pool or "default", "RegionName": pool or "default"}
 
 
-def _tags(r: dict) -> str:
-    tags = {"pool": r["pool"], "gpu_model": r["gpu_model"], "node": r["node"], "billing_mode": r["billing_mode"]}
-    if r["team"]:
-        tags["team"] = r["team"]
+def _tags(r) -> str:
+    tags = {"pool": r.pool, "gpu_model": r.gpu_model, "node": r.node, "billing_mode": r.billing_mode}
+    if r.team:
+        tags["team"] = r.team
     return json.dumps(tags, sort_keys=True)
 
 

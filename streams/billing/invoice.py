@@ -14,6 +14,8 @@ import json
 import re
 from decimal import Decimal
 
+from gpufleet.contracts import tables
+
 from .prices import money
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -24,7 +26,7 @@ LINES = """
 SELECT tenant, currency, pool, gpu_model, uniqExact(gpu_uuid) AS gpus, sum(rented_s) AS rented_s,
        sum(busy_s) AS busy_s, sum(idle_s) AS idle_s, sum(idle_amount) AS idle_amount,
        sum(estimated_s) AS estimated_s, sum(amount) AS amount
-FROM billing_ledger FINAL
+FROM {ledger} FINAL
 WHERE toStartOfMonth(period_start) = %(month)s {tenant}
 GROUP BY tenant, currency, pool, gpu_model
 ORDER BY tenant, currency, pool, gpu_model"""
@@ -87,7 +89,7 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
         params["tenant"] = tenant
         where = "AND tenant = %(tenant)s"
     invoices: dict[tuple[str, str], dict] = {}
-    names, rows = store.select(LINES.format(tenant=where), params)
+    names, rows = store.select(LINES.format(tenant=where, ledger=tables.BILLING_LEDGER.name), params)
     for r in (dict(zip(names, row)) for row in rows):
         inv = _invoice_of(invoices, r["tenant"], r["currency"])
         inv["lines"].append({"pool": r["pool"], "gpu_model": r["gpu_model"], "gpus": r["gpus"],

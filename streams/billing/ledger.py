@@ -107,7 +107,7 @@ def in_force(store, keys: Sequence[tuple]) -> dict[tuple, tuple[str, Decimal]]:
     where = "gpu_uuid IN %(g)s AND toUnixTimestamp(period_start) BETWEEN %(lo)s AND %(hi)s"
     found: dict[tuple, tuple[str, Decimal]] = {}
     for sql in (f"SELECT gpu_uuid, tenant, job, toUnixTimestamp(period_start), price_version, amount "
-                f"FROM {store.table('billing_ledger')} FINAL WHERE {where}",
+                f"FROM {store.table(LEDGER.name)} FINAL WHERE {where}",
                 f"SELECT gpu_uuid, tenant, job, toUnixTimestamp(period_start), argMax(price_version, at), "
                 f"argMax(amount, at) FROM {store.table('billing_adjustments')} FINAL WHERE {where} "
                 f"GROUP BY gpu_uuid, tenant, job, period_start"):

@@ -44,3 +44,11 @@ def test_a_row_is_built_and_read_by_name():
     with pytest.raises(ValueError, match="billing_months"):
         t.row(month="2026-03-01", closed_at=0, reason="x", extra=1)
     assert re.fullmatch(r"\(?[\w, ]+\)?", ", ".join(TABLES["gpu_samples"].order_by))
+
+
+def test_rows_are_read_back_by_name_from_the_registry(embedded_store):
+    t = TABLES["billing_months"]
+    import datetime as dt
+    embedded_store.write(t.name, t.columns, [t.row(month=dt.date(2026, 3, 1), closed_at=1000, reason="audit")])
+    (got,) = embedded_store.records(t, "month = %(m)s", {"m": dt.date(2026, 3, 1)})
+    assert got.reason == "audit" and got.month == dt.date(2026, 3, 1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from gpufleet.contracts.tables import BILLING_LEDGER
+
 from .common import Reads, Window, iso, money, month_start, next_month
 
 
@@ -15,7 +17,7 @@ class BillingReads(Reads):
         start, end = (month_start(w.end - 1), next_month(w.end - 1)) if month else (w.start, w.end)
         rows = self._rows(
             "SELECT tenant, pool, currency, sum(amount), sum(idle_amount), sum(rented_s), sum(busy_s), sum(idle_s), "
-            "uniqExact(gpu_uuid), toUnixTimestamp(max(period_end)) FROM billing_ledger FINAL "
+            f"uniqExact(gpu_uuid), toUnixTimestamp(max(period_end)) FROM {BILLING_LEDGER.name} FINAL "
             "WHERE period_start >= toDateTime(%(b0)s) AND period_start < toDateTime(%(b1)s)"
             f"{w.tenant_filter()} GROUP BY tenant, pool, currency ORDER BY tenant, pool",
             {**w.params(), "b0": int(start), "b1": int(end)})

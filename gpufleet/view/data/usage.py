@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from gpufleet.contracts.tables import BILLING_LEDGER
+
 from .common import Window, _round, money
 from .idle import IdleReads
 
@@ -25,7 +27,7 @@ class UsageReads(IdleReads):
             "WHERE minute >= toDateTime(%(start)s) AND minute < toDateTime(%(end)s) AND tenant != ''"
             f"{w.tenant_filter()} GROUP BY tenant ORDER BY tenant", w.params())
         billed = {dim: {k: round(float(v) / 3600, 3) for k, v in self._rows(
-            f"SELECT {dim}, sum(rented_s) FROM billing_ledger FINAL WHERE period_start >= toDateTime(%(start)s) "
+            f"SELECT {dim}, sum(rented_s) FROM {BILLING_LEDGER.name} FINAL WHERE period_start >= toDateTime(%(start)s) "
             f"AND period_start <= toDateTime(%(end)s){w.tenant_filter()} GROUP BY {dim}", w.params())}
             for dim in ("pool", "tenant")}
         idle = self.idle(w)

@@ -2,17 +2,18 @@
 
 Each kind's package (``models/detectors/<kind>/``) holds its window state (typed, saved by name), its features
 (named), its decision (``applies`` and ``decide``, and optionally ``urgent``: a positive that opens the incident at
-once, and ``held_back``: a positive window that opens no incident, given the window's info and the incidents
-open), its incidents' wording (``describe``), its threshold baseline (``baseline``), the stage it runs on
-(``STAGE``), what its alerts name (``LEVEL``: ``gpu``, a GPU or a whole node; ``job``, a job on a node), its
+once, and ``held_back``: a positive window that opens no incident, given the window's info and the incidents open),
+what a window showed (``SEEN``, a :class:`.base.Seen` record of its evidence, which its rules decide from and its
+wording describes), its incidents' wording (``describe``), its threshold baseline (``baseline``), the stage it runs
+on (``STAGE``), what its alerts name (``LEVEL``: ``gpu``, a GPU or a whole node; ``job``, a job on a node), its
 runbook page in the manual (``RUNBOOK``) and its constants, one table; its ``Detector`` has the methods of
 :class:`.base.Detector`, with their signatures. :func:`check` holds a package to that contract when its kind
-registers: a kind that lacks a part fails at import, not in production. Its :class:`Kind` entry here carries
-what the rest of gpufleet needs to know of it: how
-training labels its windows, its colour, its evaluation goals, and the simulated fleet's fault. The stream
-(streams/node.py, streams/jobs.py), training, evaluation, the fleet page and the simulator all read
-:data:`REGISTRY`: adding a kind is its package, one line here, and a fault in each fleet generator (the
-simulator's ``_place_<fault>`` and sampling, and the held-out generator's own, which shares no code with this).
+registers: a kind that lacks a part fails at import, not in production. Its :class:`Kind` entry here carries what
+the rest of gpufleet needs to know of it: how training labels its windows, its colour, its evaluation goals, and
+the simulated fleet's fault. The stream (streams/node.py, streams/jobs.py), training, evaluation, the fleet page
+and the simulator all read :data:`REGISTRY`: adding a kind is its package, one line here, and a fault in each fleet
+generator (the simulator's ``_place_<fault>`` and sampling, and the held-out generator's own, which shares no code
+with this).
 
 Precedence between kinds (one cause per incident): a process restart (memory_leak) > IO starvation >
 straggler. The node stage's detectors run in registry order and hand what they know to the next (GPUs
@@ -30,7 +31,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
 
 from . import io_starvation, memory_leak, straggler
-from .base import Detector, JobContext, JobItem, NodeContext, NodeFlags, Recorder
+from .base import Detector, JobContext, JobItem, NodeContext, NodeFlags, Recorder, Seen
 
 STAGES, LEVELS = ("node", "job"), ("gpu", "job")
 PARTS = ("applies", "baseline", "describe")         # functions every kind's package has
@@ -52,6 +53,9 @@ def check(module: ModuleType) -> None:
     for part in PARTS:
         if not callable(getattr(module, part, None)):
             raise TypeError(f"{what}: no {part}()")
+    seen = getattr(module, "SEEN", None)
+    if not (inspect.isclass(seen) and issubclass(seen, Seen)):
+        raise TypeError(f"{what}: SEEN must be its record of what a window showed (a subclass of base.Seen)")
     cls = getattr(module, "Detector", None)
     if not inspect.isclass(cls):
         raise TypeError(f"{what}: no Detector class")

@@ -2,6 +2,7 @@
 goes through the stream, training, evaluation and the fleet page without a line of gpufleet changed."""
 import re
 import types
+from dataclasses import dataclass
 
 import pytest
 from helpers import gpu, message
@@ -9,7 +10,7 @@ from helpers import gpu, message
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import KINDS, Kind, register, unregister
-from gpufleet.models.detectors.base import EPOCH_S, Incidents, Judge, Told, event, minutes
+from gpufleet.models.detectors.base import EPOCH_S, Incidents, Judge, Seen, Told, event, minutes
 from gpufleet.models.train import fit, label, tune
 from gpufleet.streams.embedded import dict_source
 from gpufleet.streams.embedded import run as run_embedded
@@ -26,6 +27,14 @@ def toy_package() -> types.ModuleType:
     m.KIND, m.STAGE, m.LEVEL, m.RUNBOOK = "hot_gpu", "node", "gpu", "runbooks/hot_gpu.md"
     m.FEATURES = ("temp", "util")
 
+    @dataclass(slots=True, kw_only=True)
+    class HotSeen(Seen):
+        index: int = 0
+        target: str = ""
+        temp: float = 0.0
+
+    m.SEEN = HotSeen
+
     def applies(x):
         return True
 
@@ -36,9 +45,9 @@ def toy_package() -> types.ModuleType:
         return x[0] * 100 >= HOT_C
 
     def describe(status, info, st, resolved_at):
-        summary = (f"GPU {info['index']} on {info['node']} runs hot for {minutes(st):.0f} min" if status == "firing"
-                   else f"GPU {info['index']} on {info['node']} is cool again")
-        return event(m.KIND, info["target"], status, st, resolved_at, info, Told(summary, {"temp_c": info["temp"]}))
+        summary = (f"GPU {info.index} on {info.node} runs hot for {minutes(st):.0f} min" if status == "firing"
+                   else f"GPU {info.index} on {info.node} is cool again")
+        return event(m.KIND, info.target, status, st, resolved_at, info, Told(summary, {"temp_c": info.temp}))
 
     def features(temps, utils):
         return [sum(temps) / len(temps) / 100, sum(utils) / len(utils) / 100]
@@ -55,7 +64,7 @@ def toy_package() -> types.ModuleType:
                     x = features(temps, utils)
                     key = f"{m.KIND}:{uuid}"
                     (score,) = decider.score_many([x])
-                    info = {**info, "target": uuid, "score": round(score, 4), "temp": x[0] * 100}
+                    info = HotSeen(**info, target=uuid, score=round(score, 4), temp=x[0] * 100)
                     if ctx.recorder is not None:
                         ctx.recorder(m.KIND, key, at, x, info)
                     self.incidents.observe(key, decide(x, score, decider, info), at, info,
@@ -82,7 +91,7 @@ def toy_package() -> types.ModuleType:
         @classmethod
         def from_state(cls, state):
             d = cls()
-            d.epoch, d.incidents = state["epoch"], Incidents.from_state(state["incidents"])
+            d.epoch, d.incidents = state["epoch"], Incidents.from_state(state["incidents"], HotSeen)
             return d
 
     m.applies, m.decide, m.baseline, m.describe, m.features, m.Detector = \
@@ -179,6 +188,7 @@ def test_a_toy_kind_goes_through_the_stream_training_evaluation_and_the_page(pac
     (lambda m: delattr(m, "RUNBOOK"), "RUNBOOK must be its runbook page"),
     (lambda m: setattr(m, "STAGE", "pool"), "STAGE must be one of"),
     (lambda m: delattr(m, "describe"), "no describe()"),
+    (lambda m: setattr(m, "SEEN", dict), "SEEN must be its record of what a window showed"),
 ])
 def test_a_kind_that_breaks_the_contract_fails_when_it_registers(break_it, says):
     m = toy_package()

@@ -11,6 +11,7 @@ from ..base import (
     Incidents,
     Judge,
     NodeContext,
+    Seen,
     StateError,
     mean,
     not_nan,
@@ -19,6 +20,7 @@ from ..base import (
 from .constants import KIND, PERCENT, SECONDS_PER_MINUTE, USUAL_TAU_S
 from .features import FEATURES, features
 from .rules import decide, held_back
+from .seen import StarvedSeen
 from .window import GpuWindow, HostWindow
 from .wording import cause, describe
 
@@ -82,7 +84,7 @@ class Detector:
                 last_job = w.last_job()
                 recorder("idle", f"idle:{uuid}", at, [now / PERCENT, max(u) / PERCENT,
                                                        1.0 if last_job is not None else 0.0],
-                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": w.last_index()})
+                         Seen(node=node, gpu_uuid=uuid, job=last_job))
             job = w.job_of(j - 1) if j > i else None
             if job is None:
                 continue
@@ -111,11 +113,11 @@ class Detector:
             target = f"{node}/{job}"
             path, also = cause(x)
             f = dict(zip(FEATURES, x))
-            info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
-                    "gpus": gpus, "util": f["util_mean"] * PERCENT,
-                    "iowait": f["iowait"] * PERCENT, "disk": f["disk_read_gbps"], "net": f["net_rx_gbps"],
-                    "cpu": f["host_cpu"] * PERCENT, "cause": path, "also_seen": also, "target": target,
-                    "window_min": window_s(self.interval) / SECONDS_PER_MINUTE}
+            info = StarvedSeen(node=node, job=job, tenant=tenant_of.get(job), pool=pool, score=round(score, 4),
+                               gpus=gpus, util=f["util_mean"] * PERCENT,
+                               iowait=f["iowait"] * PERCENT, disk=f["disk_read_gbps"], net=f["net_rx_gbps"],
+                               cpu=f["host_cpu"] * PERCENT, cause=path, also_seen=also, target=target,
+                               window_min=window_s(self.interval) / SECONDS_PER_MINUTE)
             epoch.append((f"{KIND}:{target}", x, info, score))
         for (key, x, info, _), positive in zip(epoch, decide(epoch, decider)):
             seen.add(key)
@@ -123,12 +125,12 @@ class Detector:
                 recorder(KIND, key, at, x, info)
             if positive and held_back(key, info, self.incidents):
                 positive = False
-                held.add(info["job"])    # not paged, but starved with the node's input path: not a straggler
+                held.add(str(info.job))  # not paged, but starved with the node's input path: not a straggler
             self.incidents.observe(key, positive, at, info, Judge(decider, out, describe))
         self.held = held
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
-                self.incidents.observe(key, False, at, {}, Judge(decider, out, describe))
+                self.incidents.observe(key, False, at, None, Judge(decider, out, describe))
 
     @property
     def usual(self) -> dict[str, tuple[float, float, str]]:
@@ -160,7 +162,7 @@ class Detector:
             d.gpus = {u: GpuWindow.from_state(w, "IO starvation detector") for u, w in state["gpus"].items()}
             d.host = HostWindow.from_state(state["host"], "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
-            d.incidents = Incidents.from_state(state["incidents"])
+            d.incidents = Incidents.from_state(state["incidents"], StarvedSeen)
             d.held = {str(job) for job in state.get("held", ())}          # absent: saved before it was kept
             for u, (v, at, job) in state.get("usual", {}).items():
                 w = d.gpus.get(u)        # a GPU's usual level goes with its window

@@ -63,10 +63,6 @@ class GpuWindow(Window):
         """The newest sample's job (the window is not empty)."""
         return self.runs[self.JOB - self.RUN]
 
-    def last_index(self) -> int:
-        """The newest sample's GPU index (the window is not empty)."""
-        return self.runs[self.INDEX - self.RUN]
-
     def _run_of(self, k: int) -> tuple[int, int]:
         """The run holding sample ``k`` (0 is the oldest; its position in ``runs``) and that run's first sample."""
         runs, first = self.runs, len(self)

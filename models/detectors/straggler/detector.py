@@ -1,6 +1,8 @@
 """The straggler detector of one job: its samples in, an epoch judged, incidents out."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpufleet.contracts.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
 from gpufleet.contracts.output import Output
 
@@ -19,6 +21,7 @@ from ..base import (
 from .constants import KIND
 from .features import bits_of, features, peer_medians, stats_of, typical
 from .rules import decide, lockstep_of, paused_together_of, urgent
+from .seen import StragglerSeen
 from .window import W_THROTTLE, Epochs, JobWindow, history_from_state, history_state
 from .wording import describe, numbers
 
@@ -109,29 +112,27 @@ class Detector:
         self.paused = self.paused or paused_together_of(self.history.last(3))
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
-        entries: list[tuple[str, list[float], dict]] = []
-        base = {"job": ctx.job, "tenant": ctx.tenant, "pool": ctx.pool, "independent": independent,
-                "paused": self.paused, "window_s": at - start}
+        entries: list[tuple[str, list[float], StragglerSeen]] = []
+        job = StragglerSeen(job=ctx.job, tenant=ctx.tenant, pool=ctx.pool, independent=independent,
+                            paused=self.paused, window_s=at - start, held=held)   # what every entry shares
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             node_peers = peer_medians(node_stats)
             for n, x in features(node_stats, expected, True, node_peers).items():
                 bits = union(b for u in windows if self.where[u][0] == n for b in bits_of(windows[u][W_THROTTLE]))
-                entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
-                                       "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
-                                       **numbers(node_stats, n, x, node_peers),
-                                       **self._limits([u for u in stats if self.where[u][0] == n],
-                                                      [u for u in stats if self.where[u][0] != n])}))
+                entries.append((n, x, replace(
+                    job, node=n, target=n, level="node", peers=len(nodes) - 1,
+                    gpus=sum(1 for u in stats if self.where[u][0] == n), bits=bits,
+                    **numbers(node_stats, n, x, node_peers),
+                    **self._limits([u for u in stats if self.where[u][0] == n],
+                                   [u for u in stats if self.where[u][0] != n]))))
         peers = peer_medians(stats)
         for uuid, x in features(stats, expected, multi, peers).items():
             node, index = self.where[uuid]
-            entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
-                                      "level": "gpu", "peers": len(stats) - 1,
-                                      "bits": union(bits_of(windows[uuid][W_THROTTLE])),
-                                      "held": held or uuid in self.quiet, **numbers(stats, uuid, x, peers),
-                                      **self._limits([uuid], [u for u in stats if u != uuid])}))
-        for _, _, info in entries:
-            info.setdefault("held", held)
+            entries.append((uuid, x, replace(
+                job, node=node, gpu_uuid=uuid, index=index, target=uuid, level="gpu", peers=len(stats) - 1,
+                bits=union(bits_of(windows[uuid][W_THROTTLE])), held=held or uuid in self.quiet,
+                **numbers(stats, uuid, x, peers), **self._limits([uuid], [u for u in stats if u != uuid]))))
         scores = decider.score_many([x for _, x, _ in entries])
         scored = [(target, x, info, score) for (target, x, info), score in zip(entries, scores)]
         positives = decide(scored, decider)
@@ -139,14 +140,14 @@ class Detector:
         for (target, x, info, score), positive in zip(scored, positives):
             key = f"{KIND}:{target}"
             seen.add(key)
-            info["score"] = round(score, 4)
+            info.score = round(score, 4)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
             self.incidents.observe(key, positive, at, info, Judge(decider, out, describe),
                                    urgent=positive and urgent(x, score, decider, info))
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
-                self.incidents.observe(key, False, at, {}, Judge(decider, out, describe))
+                self.incidents.observe(key, False, at, None, Judge(decider, out, describe))
 
     def _limits(self, mine: list[str], others: list[str]) -> dict:
         """The power limit of a GPU (a node: its typical GPU's) and its peers' median, W (None where unknown)."""
@@ -198,7 +199,7 @@ class Detector:
             d.gpus = {u: JobWindow.from_state(w, "straggler detector") for u, w in state["gpus"].items()}
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
-            d.incidents = Incidents.from_state(state["incidents"])
+            d.incidents = Incidents.from_state(state["incidents"], StragglerSeen)
             for epoch in history_from_state(state.get("history")):      # absent: saved before it was kept
                 d._remember(epoch)
             d.paused = bool(state.get("paused", False))                  # absent: saved before it was kept

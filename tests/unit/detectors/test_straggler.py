@@ -52,9 +52,10 @@ def test_two_gpu_job_uses_the_other_gpu_as_reference():
 def test_a_starved_node_holds_its_job_back_from_being_judged():
     decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
     x = straggler.features({"a": stats(97), "b": stats(40, clock=0.6)}, 12, False)["b"]
-    entry = ("b", x, {"level": "gpu", "node": "n1", "held": False}, 0.9)
+    entry = ("b", x, straggler.StragglerSeen(level="gpu", node="n1", held=False), 0.9)
     assert straggler.decide([entry], decider) == [True]
-    assert straggler.decide([(entry[0], x, {**entry[2], "held": True}, 0.9)], decider) == [False]
+    held = straggler.StragglerSeen(level="gpu", node="n1", held=True)
+    assert straggler.decide([(entry[0], x, held, 0.9)], decider) == [False]
 
 
 def test_a_gpu_level_with_its_peers_is_no_straggler_whatever_it_scores():
@@ -63,7 +64,7 @@ def test_a_gpu_level_with_its_peers_is_no_straggler_whatever_it_scores():
     level = straggler.features({"a": stats(97), "b": stats(97), "c": stats(96)}, 12, False)["c"]
     behind = straggler.features({"a": stats(97), "b": stats(97), "c": stats(88)}, 12, False)["c"]
     assert fx(level, "slowdown") < straggler.MIN_SLOWDOWN <= fx(behind, "slowdown")
-    info = {"level": "gpu", "node": "n1", "held": False}
+    info = straggler.StragglerSeen(level="gpu", node="n1", held=False)
     assert straggler.decide([("c", level, info, 0.99), ("c", behind, info, 0.99)], decider) == [False, True]
 
 
@@ -317,7 +318,7 @@ def cause_of(**info):
     base = {"bits": 0, "throttled": 0.0, "capped": 0.0, "clock": 0.98, "peer_clock": 0.98, "limit": 400.0,
             "peer_limit": 400.0}
     from gpufleet.models.detectors.straggler.wording import named_cause
-    return named_cause({**base, **info})
+    return named_cause(straggler.StragglerSeen(**{**base, **info}))
 
 
 def test_the_cause_named_is_the_one_the_numbers_show():

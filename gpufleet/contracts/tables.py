@@ -114,21 +114,21 @@ ALERTS = Table("alerts", "ReplacingMergeTree",
         col('evidence', 'String'),
 ))
 
-BILLING_ADJUSTMENTS = Table("billing_adjustments", "ReplacingMergeTree",
-    order_by=('gpu_uuid', 'tenant', 'job', 'period_start', 'adjustment_id'),
-    partition_by='toYYYYMM(invoice_month)',
-    schema=(
-        col('gpu_uuid', 'LowCardinality(String)'),
-        col('tenant', 'LowCardinality(String)'),
-        col('job', 'String'),
-        col('period_start', "DateTime('UTC')"),
-        col('adjustment_id', 'String'),
-        col('kind', 'LowCardinality(String)'),
-        col('invoice_month', 'Date'),
-        col('at', "DateTime64(3, 'UTC')"),
-        col('reason', 'String'),
-        col('amount_change', 'Decimal(18, 6)'),
-        col('idle_amount_change', 'Decimal(18, 6)'),
+# A billing line, as the ledger and its adjustments both hold it: its key, then what it priced. The ledger gained
+# the last seven columns after it was first made (their defaults fill the rows written before); the adjustments
+# table was made with them.
+LINE_KEY = (
+    col('gpu_uuid', 'LowCardinality(String)'),
+    col('tenant', 'LowCardinality(String)'),
+    col('job', 'String'),
+    col('period_start', "DateTime('UTC')"),
+)
+
+
+def line_columns(added_later: bool) -> tuple[Column, ...]:
+    """A billing line's columns after its key; ``added_later``: with the defaults of the columns the ledger gained
+    after it was first made."""
+    first = (
         col('period_end', "DateTime('UTC')"),
         col('node', 'LowCardinality(String)'),
         col('pool', 'LowCardinality(String)'),
@@ -154,13 +154,27 @@ BILLING_ADJUSTMENTS = Table("billing_adjustments", "ReplacingMergeTree",
         col('idle_amount', 'Decimal(18, 6)'),
         col('mode_amounts', 'Map(LowCardinality(String), Decimal(18, 6))'),
         col('data_quality', 'LowCardinality(String)'),
-        col('underused_s', 'Decimal(18, 3)'),
-        col('unused_amount', 'Decimal(18, 6)'),
-        col('unsold_amount', 'Decimal(18, 6)'),
-        col('price_version', 'LowCardinality(String)'),
-        col('busy_weighted_s', 'Decimal(20, 8)'),
-        col('idle_weighted_s', 'Decimal(20, 8)'),
-        col('estimated_idle_s', 'Decimal(18, 3)'),
+    )
+    later = (('underused_s', 'Decimal(18, 3)', '0'), ('unused_amount', 'Decimal(18, 6)', '0'),
+             ('unsold_amount', 'Decimal(18, 6)', '0'), ('price_version', 'LowCardinality(String)', "''"),
+             ('busy_weighted_s', 'Decimal(20, 8)', '0'), ('idle_weighted_s', 'Decimal(20, 8)', '0'),
+             ('estimated_idle_s', 'Decimal(18, 3)', '0'))
+    return first + tuple(col(name, type_, default if added_later else None) for name, type_, default in later)
+
+
+BILLING_ADJUSTMENTS = Table("billing_adjustments", "ReplacingMergeTree",
+    order_by=('gpu_uuid', 'tenant', 'job', 'period_start', 'adjustment_id'),
+    partition_by='toYYYYMM(invoice_month)',
+    schema=(
+        *LINE_KEY,
+        col('adjustment_id', 'String'),
+        col('kind', 'LowCardinality(String)'),
+        col('invoice_month', 'Date'),
+        col('at', "DateTime64(3, 'UTC')"),
+        col('reason', 'String'),
+        col('amount_change', 'Decimal(18, 6)'),
+        col('idle_amount_change', 'Decimal(18, 6)'),
+        *line_columns(added_later=False),
 ))
 
 BILLING_COMMITMENT_LEDGER = Table("billing_commitment_ledger", "ReplacingMergeTree",
@@ -186,42 +200,8 @@ BILLING_LEDGER = Table("billing_ledger", "ReplacingMergeTree",
     partition_by='toYYYYMM(period_start)',
     settings=('non_replicated_deduplication_window = 10000',),
     schema=(
-        col('gpu_uuid', 'LowCardinality(String)'),
-        col('tenant', 'LowCardinality(String)'),
-        col('job', 'String'),
-        col('period_start', "DateTime('UTC')"),
-        col('period_end', "DateTime('UTC')"),
-        col('node', 'LowCardinality(String)'),
-        col('pool', 'LowCardinality(String)'),
-        col('gpu_index', 'UInt16'),
-        col('gpu_model', 'LowCardinality(String)'),
-        col('mig_profile', 'LowCardinality(String)'),
-        col('gpu_share', 'Decimal(9, 6)'),
-        col('team', 'LowCardinality(String)'),
-        col('billing_mode', 'LowCardinality(String)'),
-        col('currency', 'LowCardinality(String)'),
-        col('samples', 'UInt32'),
-        col('interval_s', 'Float32'),
-        col('rented_s', 'Decimal(18, 3)'),
-        col('busy_s', 'Decimal(18, 3)'),
-        col('idle_s', 'Decimal(18, 3)'),
-        col('estimated_s', 'Decimal(18, 3)'),
-        col('unbilled_s', 'Decimal(18, 3)'),
-        col('minimum_topup_s', 'Decimal(18, 3)'),
-        col('util_pct', 'Nullable(Float32)'),
-        col('busy_util_pct', 'Nullable(Float32)'),
-        col('price_per_gpu_hour', 'Decimal(18, 6)'),
-        col('amount', 'Decimal(18, 6)'),
-        col('idle_amount', 'Decimal(18, 6)'),
-        col('mode_amounts', 'Map(LowCardinality(String), Decimal(18, 6))'),
-        col('data_quality', 'LowCardinality(String)'),
-        col('underused_s', 'Decimal(18, 3)', default='0'),
-        col('unused_amount', 'Decimal(18, 6)', default='0'),
-        col('unsold_amount', 'Decimal(18, 6)', default='0'),
-        col('price_version', 'LowCardinality(String)', default="''"),
-        col('busy_weighted_s', 'Decimal(20, 8)', default='0'),
-        col('idle_weighted_s', 'Decimal(20, 8)', default='0'),
-        col('estimated_idle_s', 'Decimal(18, 3)', default='0'),
+        *LINE_KEY,
+        *line_columns(added_later=True),
         col('rerated_at', "DateTime64(3, 'UTC')", default='0', written=False),
 ))
 

@@ -36,10 +36,10 @@ from gpufleet.contracts.output import Output  # noqa: E402
 from gpufleet.contracts.telemetry import parse  # noqa: E402
 from gpufleet.sql.store import Store  # noqa: E402
 from gpufleet.streams import embedded  # noqa: E402
+from gpufleet.streams.billing.metering import Metering  # noqa: E402
 from gpufleet.streams.billing.prices import BillingConfig, Price, Tariff  # noqa: E402
 from gpufleet.streams.config import StreamConfig  # noqa: E402
 from gpufleet.streams.idle import IDLE_WINDOWS, IdleTracker  # noqa: E402
-from gpufleet.streams.metering import Metering  # noqa: E402
 from gpufleet.streams.pipeline import Pipeline  # noqa: E402
 
 OFF = BillingConfig(enabled=False)

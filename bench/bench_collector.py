@@ -31,7 +31,7 @@ from gpufleet.collectors.attribution import Attributor, ProcessAttributor  # noq
 from gpufleet.collectors.collector import Collector  # noqa: E402
 from gpufleet.collectors.host import HostSampler  # noqa: E402
 from gpufleet.collectors.nvml import NvmlReader  # noqa: E402
-from gpufleet.collectors.nvml_standin import StandIn  # noqa: E402
+from gpufleet.collectors.nvml_standin import StandIn, Timing  # noqa: E402
 from gpufleet.collectors.publisher import Publisher, producer_config  # noqa: E402
 from gpufleet.collectors.spool import Spool  # noqa: E402
 
@@ -44,7 +44,7 @@ def rss_mb() -> float:
 def collector(clock) -> tuple[Collector, StandIn, NvmlReader]:
     """8 GPUs behind the real pynvml, over the stand-in library (its functions are Python called through ctypes,
     so "inside NVML" here is pynvml, ctypes and the stand-in, not a driver)."""
-    lib = StandIn(gpus=8, pcie_delay_s=0, clock=clock)
+    lib = StandIn(gpus=8, timing=Timing(0, clock))
     lib.install()
     reader = NvmlReader()
     reader.open()

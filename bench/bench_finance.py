@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine  # noqa: E402
 
-from gpufleet import finance  # noqa: E402
 from gpufleet.sql.store import Store  # noqa: E402
+from gpufleet.streams.billing import finance  # noqa: E402
 from gpufleet.streams.billing.prices import BillingConfig, Price, Tariff  # noqa: E402
 from gpufleet.streams.sink import LEDGER, Sink, ledger_row  # noqa: E402
 

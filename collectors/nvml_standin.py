@@ -159,6 +159,14 @@ class Gpu:
 _HANDLE_BASE = 0x5A000000
 
 
+@dataclass(frozen=True)
+class Timing:
+    """The stand-in's clock, and how long a PCIe throughput read blocks (NVML samples it for 20 ms)."""
+
+    pcie_delay_s: float = 0.02
+    clock: Callable[[], float] = time.time
+
+
 class StandIn:
     """An NVML library of ``gpus`` simulated GPUs on driver ``profile`` (a name in :data:`PROFILES`).
 
@@ -166,8 +174,9 @@ class StandIn:
     :meth:`install` (or ``with standin.installed():``) before pynvml is initialised."""
 
     def __init__(self, gpus: int = 8, profile: str = "R550", seed: int = 0, model: str = "NVIDIA H100 80GB HBM3",
-                 mig: dict[int, list[str]] | None = None, pcie_delay_s: float = 0.02,
-                 clock: Callable[[], float] = time.time, init_error: int | None = None):
+                 mig: dict[int, list[str]] | None = None, timing: Timing | None = None, init_error: int | None = None):
+        timing = timing or Timing()
+        pcie_delay_s, clock = timing.pcie_delay_s, timing.clock
         self.profile = PROFILES[profile]
         self.seed, self.model, self.clock, self.pcie_delay_s = seed, model, clock, pcie_delay_s
         self.init_error = init_error                 # nvmlInit fails with this code (no driver, mismatch, ...)

@@ -36,12 +36,12 @@ def producer_config(bootstrap: str, **extra) -> dict:
 
 class Publisher:
     def __init__(self, spool: Spool, bootstrap: str, topic: str, key: str, *, max_in_flight: int = 1000,
-                 message_timeout_s: float = 60.0, producer: Producer | None = None, **config):
+                 message_timeout_s: float = 60.0, producer: Producer | None = None):
         self.spool, self.topic, self.key = spool, topic, key.encode()
         self.max_in_flight = max_in_flight
         self.producer = producer or Producer(producer_config(
             bootstrap, **{"message.timeout.ms": int(message_timeout_s * 1000), "error_cb": self._on_error,
-                          "logger": log, **config}))
+                          "logger": log}))
         self.cursor = spool.acked          # next offset to produce
         spool.on_drop = self._dropped_from_spool
         self.in_flight = 0

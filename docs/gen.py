@@ -438,7 +438,7 @@ def command_tree() -> list[tuple[list[str], argparse.ArgumentParser, str]]:
                 for name, sub in action.choices.items():
                     walk(sub, [*path, name], helps.get(name, ""))
 
-    walk(build_parser(), ["gpufleet"], "")
+    walk(build_parser(full=True), ["gpufleet"], "")
     return out
 
 

@@ -28,7 +28,24 @@ EXTRAS_OF_COMMAND = {("numpy", "forecast"): "forecast", ("numpy", "scale"): "for
                      ("msgspec", "worker"): "worker", ("cramjam", "worker"): "worker"}
 
 
-def build_parser() -> Parser:
+GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--log-level")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` asks for (its first word that is not an option of ``gpufleet`` itself), or None."""
+    words = iter(argv)
+    for word in words:
+        if word in GLOBAL_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None, full: bool = False) -> Parser:
+    """The parser for ``argv``: every command listed with its summary, and only the one ``argv`` asks for built
+    whole (its module imported); ``full`` builds every command (the manual's reference)."""
+    wanted = None if full else command_of(sys.argv[1:] if argv is None else argv)
     p = Parser(prog="gpufleet", description="Telemetry, anomaly detection and metering for rented GPU fleets.",
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"gpufleet {__version__}")
@@ -38,15 +55,18 @@ def build_parser() -> Parser:
                         "an operator follows)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for name, module in COMMANDS:
-        getattr(importlib.import_module(f"gpufleet.commands.{module}"), f"add_{name}")(sub)
+    for name, info in COMMANDS.items():
+        if full or name == wanted:
+            getattr(importlib.import_module(f"gpufleet.commands.{info.module}"), f"add_{name}")(sub)
+        else:               # listed with its summary; its module is read only when it is asked for
+            sub.add_parser(name, help=info.summary)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from gpufleet.sql import StoreError, StoreMissing
 
-    parser = build_parser()
+    parser = build_parser(argv)
     args = None
     try:
         args = parser.parse_args(argv)

@@ -182,10 +182,21 @@ class Rolling:
     choices: list[list[str]] = field(default_factory=list)
 
 
-def rolling(series: Series, start: int, horizon: int, *, every_s: float = HOUR, refit_every_s: float = 7 * DAY,
-            validation_s: float = VALIDATION_S, progress=None, rentals: Rentals | None = None) -> Rolling:
+@dataclass(frozen=True)
+class Schedule:
+    """When a backtest forecasts and refits: a forecast every ``every_s``, the forecaster fitted again every
+    ``refit_every_s`` on everything before, its model chosen on the last ``validation_s`` of that."""
+
+    every_s: float = HOUR
+    refit_every_s: float = 7 * DAY
+    validation_s: float = VALIDATION_S
+
+
+def rolling(series: Series, start: int, horizon: int, schedule: Schedule = Schedule(), *, progress=None,
+            rentals: Rentals | None = None) -> Rolling:
     """Forecasts from origins ``start, start + every, ...``, each from the values before it only; the
     forecaster is fitted at ``start`` and again every ``refit_every_s`` on everything before that point."""
+    every_s, refit_every_s, validation_s = schedule.every_s, schedule.refit_every_s, schedule.validation_s
     every = max(1, int(round(every_s / series.step_s)))
     origins = np.arange(start, len(series), every)
     mean, p10, p90 = (np.full((len(origins), horizon), np.nan) for _ in range(3))
@@ -212,8 +223,7 @@ def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def run(series: Series, horizon_s: float, test_from: float, *, every_s: float = HOUR,
-        refit_every_s: float = 7 * DAY, validation_s: float = VALIDATION_S, progress=None,
+def run(series: Series, horizon_s: float, test_from: float, schedule: Schedule = Schedule(), *, progress=None,
         rentals: Rentals | None = None) -> Backtest:
     """Backtest the forecaster and the naive baselines from origins in ``[test_from, end)``."""
     hist = History(series)
@@ -221,8 +231,7 @@ def run(series: Series, horizon_s: float, test_from: float, *, every_s: float = 
     start = series.index(test_from)
     if start < 1 or start >= len(series) - 1:
         raise ValueError("the test period must start after the first step and before the last")
-    r = rolling(series, start, H, every_s=every_s, refit_every_s=refit_every_s, validation_s=validation_s,
-                progress=progress, rentals=rentals)
+    r = rolling(series, start, H, schedule, progress=progress, rentals=rentals)
     origins = r.origins
     at = origins[:, None] + np.arange(H)[None, :]
     actual = np.where(at < len(series), hist.raw[np.minimum(at, len(series) - 1)], np.nan)

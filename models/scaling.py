@@ -34,7 +34,7 @@ import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -176,9 +176,18 @@ def _when(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _request(policy: Policy, at: float, capacity: int, observed_need: int, peak: float,
-             forecast: Sequence[tuple[float, float]], step_s: float, window: float) -> CapacityRequest | None:
-    """Demand beyond ``capacity`` over the whole forecast (and now, from what is observed), as a request."""
+class _Need(NamedTuple):
+    """A pool's capacity, what the demand observed needs (with its headroom), and the peak observed."""
+
+    capacity: int
+    observed_need: int
+    peak: float
+
+
+def _request(policy: Policy, at: float, need_of: _Need, forecast: Sequence[tuple[float, float]], step_s: float,
+             window: float) -> CapacityRequest | None:
+    """Demand beyond the pool's capacity over the whole forecast (and now, from what is observed), as a request."""
+    capacity, observed_need, peak = need_of
     over = [(ts, p90, policy.stepped(policy.with_headroom(p90, policy.forecast_headroom)))
             for ts, p90 in forecast if ts + step_s > at]
     over = [(ts, p90, need) for ts, p90, need in over if need > capacity]
@@ -193,12 +202,21 @@ def _request(policy: Policy, at: float, capacity: int, observed_need: int, peak:
     return CapacityRequest(int(gpus), float(start), float(end), float(p90), observed)
 
 
+@dataclass(frozen=True)
+class Cadence:
+    """When a decision is made: how long until the next one, and how much demand history its forecast rests on
+    (None: enough for a capacity request)."""
+
+    next_decision_s: float = 0.0
+    history_s: float | None = None
+
+
 def decide(policy: Policy, at: float, seen: Observed, standing: Standing | None,
            forecast: Sequence[tuple[float, float]] | None = None, *, step_s: float = 0.0,
-           next_decision_s: float = 0.0, history_s: float | None = None) -> Decision:
+           cadence: Cadence = Cadence()) -> Decision:
     """The decision at ``at``: ``forecast`` is ``(ts, p90)`` per step of ``step_s`` from ``at`` on (None: a
-    purely reactive decision); ``next_decision_s``: when the next decision comes; ``history_s``: how much demand
-    history the forecast was made from (None: enough for a capacity request)."""
+    purely reactive decision)."""
+    next_decision_s, history_s = cadence.next_decision_s, cadence.history_s
     rented = max(0, int(seen.rented_gpus))
     current = int(seen.current_gpus)
     capacity = policy.capacity_of(seen)
@@ -209,6 +227,7 @@ def decide(policy: Policy, at: float, seen: Observed, standing: Standing | None,
     why = [f"the peak rented over the last {_duration(policy.scale_in_after_s)} is {seen.peak_gpus:g} GPUs, "
            f"{observed_need} with {policy.headroom_pct:g}% headroom"]
     need = observed_need
+    need_of = _Need(capacity, observed_need, seen.peak_gpus)
     request = None
     if forecast:
         ahead = [p90 for ts, p90 in forecast if ts < at + window and ts + step_s > at]
@@ -218,14 +237,14 @@ def decide(policy: Policy, at: float, seen: Observed, standing: Standing | None,
                        f"{policy.forecast_headroom:g}% headroom")
             need = max(need, fneed)
         if history_s is None or history_s >= policy.request_min_history_s:
-            request = _request(policy, at, capacity, observed_need, seen.peak_gpus, forecast, step_s, window)
+            request = _request(policy, at, need_of, forecast, step_s, window)
         else:
-            request = _request(policy, at, capacity, observed_need, seen.peak_gpus, [], step_s, window)
-            if _request(policy, at, capacity, observed_need, seen.peak_gpus, forecast, step_s, window) != request:
+            request = _request(policy, at, need_of, [], step_s, window)
+            if _request(policy, at, need_of, forecast, step_s, window) != request:
                 why.append(f"no capacity asked for on the forecast yet: it rests on {_duration(history_s)} of "
                            f"history, a request on a forecast needs {_duration(policy.request_min_history_s)}")
     elif policy.stepped(observed_need) > capacity:
-        request = _request(policy, at, capacity, observed_need, seen.peak_gpus, [], step_s, window)
+        request = _request(policy, at, need_of, [], step_s, window)
     wanted = max(min(policy.stepped(need), limit), rented)
     floor = max(min(policy.stepped(observed_need), limit), rented)     # what the observations alone ask for
     if wanted == rented and policy.stepped(need) < rented:
@@ -361,7 +380,7 @@ def simulate(name: str, demand: Sequence[float] | np.ndarray, start: int, policy
             p90 = forecast_at(i) if forecast_at is not None else None
             fc = None if p90 is None else [((i + k) * step_s, float(v)) for k, v in enumerate(p90)]
             dec = decide(policy, i * step_s, obs, standing, fc, step_s=step_s,
-                         next_decision_s=decide_every * step_s)
+                         cadence=Cadence(next_decision_s=decide_every * step_s))
             standing = next_standing(standing, dec)
             changes += dec.changed
             planned = cap + sum(g for _, g in pending)

@@ -28,7 +28,7 @@ from gpufleet.contracts.output import Output
 from . import evaluate
 from .artifact import KindModel, Model
 from .detectors import FEATURE_VERSION, FEATURES, KINDS, REGISTRY, module
-from .detectors.base import Incidents
+from .detectors.base import Incidents, Judge, Seen
 
 log = logging.getLogger("gpufleet.model")
 
@@ -49,7 +49,7 @@ class Recording:
         ends = [f[kind] for f in self.fleets] or [len(self.rows[kind])]
         return [range(a, b) for a, b in zip([0, *ends], ends) if b > a]
 
-    def record(self, kind: str, key: str, ts: float, x: list, info: dict) -> None:
+    def record(self, kind: str, key: str, ts: float, x: list, info: Seen) -> None:
         self.rows[kind].append((key, ts, x, info))
 
     def extend(self, other: Recording) -> None:
@@ -84,7 +84,7 @@ def label(kind: str, rows: list[tuple], labels: list[dict]) -> list[int | None]:
     applies = module(kind).applies
     out: list[int | None] = []
     for key, ts, x, info in rows:
-        if not applies(x) or info.get("held"):    # the detector does not judge these: nothing to learn
+        if not applies(x) or info.held:    # the detector does not judge these: nothing to learn
             out.append(None)
             continue
         target = key.split(":", 1)[1]
@@ -158,7 +158,7 @@ def positives(kind: str, rows: list[tuple], scores: list[float], decider) -> lis
     out = [False] * len(rows)
     epochs: dict[tuple, list[int]] = {}
     for i, (_, ts, _, info) in enumerate(rows):
-        epochs.setdefault((info[group], ts), []).append(i)
+        epochs.setdefault((getattr(info, group), ts), []).append(i)
     for idx in epochs.values():
         decided = m.decide([(rows[i][0], rows[i][2], rows[i][3], scores[i]) for i in idx], decider)
         for i, p in zip(idx, decided):
@@ -183,9 +183,9 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
     it has one); off for a baseline's rule."""
     tracker, out = Incidents(), Output()
 
-    def describe(status: str, info: dict, st, resolved_at) -> dict:
+    def describe(status: str, info: Seen, st, resolved_at) -> dict:
         return {"kind": kind, "status": status, "id": f"{kind}@{st.started_at}", "detected_at": st.detected_at,
-                "node": info.get("node"), "gpu_uuid": info.get("gpu_uuid"), "job": info.get("job")}
+                "node": info.node, "gpu_uuid": info.gpu_uuid, "job": info.job}
 
     if positive is None:
         assert scores is not None
@@ -196,7 +196,7 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
     for (key, ts, _x, info), p, u in zip(rows, positive, urgent):
         if p and not u and held_back is not None and held_back(key, info, tracker):
             p = False
-        tracker.observe(key, p, ts, decider, info, out, describe, urgent=u)
+        tracker.observe(key, p, ts, info, Judge(decider, out, describe), urgent=u)
     fired = [e for e in out.events if e["status"] == "firing"]
     for e in fired:                               # ids unique per incident, as alert ids are
         e["id"] = f"{e['id']}:{e['gpu_uuid'] or e['node']}:{e['job']}"

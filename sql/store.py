@@ -246,6 +246,13 @@ class Store:
         result = self._call(self.client.query, sql, parameters=parameters)
         return list(result.column_names), [t.name for t in result.column_types], result.result_rows
 
+    def records(self, table, where: str = "", parameters: dict | None = None, final: bool = True) -> list:
+        """The rows of a registry ``table`` (gpufleet/contracts/tables.py) that ``where`` picks, each a record of
+        its columns by name (``table.record``): a read that cannot drift from the table's description."""
+        sql = (f"SELECT {', '.join(table.columns)} FROM {self.table(table.name)}{' FINAL' if final else ''}"
+               + (f" WHERE {where}" if where else ""))
+        return [table.record(*r) for r in self.query(sql, parameters)]
+
     def close(self) -> None:
         try:
             self.client.close()

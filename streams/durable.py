@@ -186,12 +186,23 @@ class Counts(Protocol):
     def batch_done(self, stage: str, seconds: float) -> None: ...
 
 
+@dataclass
+class Outlets:
+    """Where a stage's results go: rows to the store's sink, messages to the broker's topics, state to its
+    tables (by name)."""
+
+    sink: Sink
+    bus: Bus
+    tables: dict[str, StateTable]
+    topics: Topics
+
+
 class Stage:
     """One stage's batch loop (see the module docstring), around a processor kept live in memory."""
 
-    def __init__(self, name: str, processor: Processor, sink: Sink, bus: Bus, tables: dict[str, StateTable],
-                 topics: Topics, rebalances: Rebalances, metrics: Counts, session_s: float = 10.0,
-                 reread: Callable[[Any, int], Awaitable[Any]] | None = None):
+    def __init__(self, name: str, processor: Processor, outlets: Outlets, rebalances: Rebalances, metrics: Counts,
+                 session_s: float = 10.0, reread: Callable[[Any, int], Awaitable[Any]] | None = None):
+        sink, bus, tables, topics = outlets.sink, outlets.bus, outlets.tables, outlets.topics
         self.name, self.processor, self.sink, self.bus, self.tables = name, processor, sink, bus, tables
         self.reread = reread                  # sends the consumer back to an offset of a partition
         self.session_s = session_s            # a worker silent this long may have lost its partitions

@@ -2,7 +2,7 @@
 
 A source yields ``(source, payload)`` pairs: ``file.jsonl:42`` and a line of
 JSON, or ``sim:7`` and a message dict. Each is validated and processed in
-order; every ``drain_every`` messages what processing produced is handed to
+order; every ``DRAIN_EVERY`` messages what processing produced is handed to
 the sink and to the event writer. At the end every open window is flushed.
 """
 from __future__ import annotations
@@ -68,13 +68,14 @@ class JsonLines:
             self.f.close()
 
 
+DRAIN_EVERY = 512          # messages between two hand-overs of what processing produced
+
+
 def run(source: Iterable[tuple[str, str | bytes | dict]], pipeline: Pipeline, sink: Sink | None,
         events: JsonLines | None = None, dead: JsonLines | None = None,
-        progress: Callable[[int], None] | None = None, drain_every: int = 512, flush: bool = True) -> int:
-    """Push every message through ``pipeline`` into ``sink``; returns the number of messages.
-
-    ``flush=False`` leaves windows the watermark has not closed open, as a live worker does.
-    """
+        progress: Callable[[int], None] | None = None) -> int:
+    """Push every message through ``pipeline`` into ``sink``, then flush every open window; returns the number of
+    messages."""
     out = pipeline.out
 
     def drain(final: bool) -> None:
@@ -92,12 +93,11 @@ def run(source: Iterable[tuple[str, str | bytes | dict]], pipeline: Pipeline, si
     n = 0
     for n, (src, payload) in enumerate(source, 1):
         pipeline.submit(payload, src)
-        if n % drain_every == 0:
+        if n % DRAIN_EVERY == 0:
             drain(False)
             if progress is not None:
                 progress(n)
-    if flush:
-        pipeline.flush()
+    pipeline.flush()
     drain(True)
     if progress is not None:
         progress(n)

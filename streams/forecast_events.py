@@ -12,15 +12,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.contracts.output import Table
+from gpufleet.contracts import tables
+from gpufleet.models.scaling import Decision
 
 FORECAST_SCHEMA: Literal["gpufleet.forecast.v1"] = "gpufleet.forecast.v1"
 SCALE_SCHEMA: Literal["gpufleet.scale.v1"] = "gpufleet.scale.v1"
 
-FORECASTS = Table("forecasts", ("pool", "made_at", "ts", "step_s", "demand_gpus", "p10", "p90", "method"))
-SCALE_EVENTS = Table("scale_events", ("pool", "at", "action", "current_gpus", "target_gpus", "rented_gpus", "reason",
-                                      "dry_run", "lead_time_s", "capacity_gpus", "request_gpus", "request_from",
-                                      "request_until", "request_p90", "changed"))
+FORECASTS, SCALE_EVENTS = tables.FORECASTS, tables.SCALE_EVENTS
 
 
 def topic_names(settings) -> dict[str, str]:
@@ -87,12 +85,13 @@ def forecast_event(pool: str, made_at: float, step_s: float, demand: Sequence[fl
                        for k, (m, lo, hi) in enumerate(zip(demand, p10, p90))]}
 
 
-def scale_event(pool: str, at: float, action: str, current_gpus: int, target_gpus: int, reason: str, *,
-                rented_gpus: int, capacity_gpus: int, capacity_request: dict | None) -> dict:
-    """A ``gpufleet.scale.v1`` event; ``capacity_request`` is ``{"gpus", "from", "until", "p90"}`` or None."""
-    return {"schema": SCALE_SCHEMA, "pool": pool, "at": _r(at), "action": action, "current_gpus": int(current_gpus),
-            "target_gpus": int(target_gpus), "reason": reason, "rented_gpus": int(rented_gpus),
-            "capacity_gpus": int(capacity_gpus), "capacity_request": capacity_request}
+def scale_event(pool: str, d: Decision) -> dict:
+    """A ``gpufleet.scale.v1`` event of a scale decision; its ``capacity_request`` is ``{"gpus", "from", "until",
+    "p90"}`` or None."""
+    return {"schema": SCALE_SCHEMA, "pool": pool, "at": _r(d.at), "action": d.action,
+            "current_gpus": int(d.current_gpus), "target_gpus": int(d.target_gpus), "reason": d.reason,
+            "rented_gpus": int(d.rented_gpus), "capacity_gpus": int(d.capacity_gpus),
+            "capacity_request": d.capacity_request.to_dict() if d.capacity_request else None}
 
 
 def forecast_rows(event: dict, methods: Sequence[str]) -> list[tuple]:

@@ -26,7 +26,7 @@ import numpy as np
 from gpufleet.contracts.output import Table
 from gpufleet.models.forecast import Forecaster
 from gpufleet.models.rentals import Rentals
-from gpufleet.models.scaling import Observed, Standing, decide, next_standing
+from gpufleet.models.scaling import Cadence, Observed, Standing, decide, next_standing
 from gpufleet.models.series import DAY, Series, regular
 
 from .forecast_events import FORECASTS, SCALE_EVENTS, forecast_event, forecast_rows, scale_event, scale_row
@@ -218,12 +218,10 @@ class ForecastRunner:
                 if seen is None:
                     continue
                 points = [(p["ts"], p["p90"]) for p in ev["points"]]
-                d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s, next_decision_s=cfg.every_s,
-                           history_s=t - first)
+                d = decide(policy, t, seen, standing.get(pool), points, step_s=cfg.step_s,
+                           cadence=Cadence(next_decision_s=cfg.every_s, history_s=t - first))
                 standing[pool] = next_standing(standing.get(pool), d)
-                se = scale_event(pool, t, d.action, d.current_gpus, d.target_gpus, d.reason, rented_gpus=d.rented_gpus,
-                                 capacity_gpus=d.capacity_gpus,
-                                 capacity_request=d.capacity_request.to_dict() if d.capacity_request else None)
+                se = scale_event(pool, d)
                 if not d.dry_run:
                     events.append(se)
                 rows[SCALE_EVENTS].append(scale_row(se, d.dry_run, policy.lead_time_s, d.changed))

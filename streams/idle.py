@@ -14,16 +14,16 @@ import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpufleet.contracts.events import alert
-from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts import tables
+from gpufleet.contracts.events import Facts, Told, Where, alert
+from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
 
-from .billing.prices import Tariff, default_tariff
+from .billing.prices import Tariff
 from .config import StreamConfig
 
-IDLE_WINDOWS = Table("idle_windows", ("gpu_uuid", "started_at", "ended_at", "node", "pool", "gpu_index", "tenant",
-                                      "job", "duration_s", "samples", "max_util_pct", "end_reason", "open"))
+IDLE_WINDOWS = tables.IDLE_WINDOWS
 
 
 @dataclass(slots=True)
@@ -89,9 +89,8 @@ class IdleTracker:
     def __init__(self):
         self.runs: dict[str, Run] = {}
 
-    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output, tariff: Tariff | None = None) -> None:
-        """One message; ``tariff`` prices the idle time (default: the default price table)."""
-        tariff = tariff or default_tariff()
+    def add(self, msg: Telemetry, cfg: StreamConfig, out: Output, tariff: Tariff) -> None:
+        """One message; ``tariff`` prices the idle time."""
         currency = tariff.config.currency
         ts, runs, threshold = msg.ts, self.runs, cfg.idle_threshold_pct
         interval = msg.interval_s or cfg.default_interval_s
@@ -125,13 +124,12 @@ class IdleTracker:
                 run.max_util = util
             if run.detected is None and run.duration >= cfg.idle_window_s:
                 run.detected = ts
-                out.event(alert(
-                    "idle", g.uuid, status="firing", severity="warning", node=msg.node, gpu_uuid=g.uuid,
-                    job=run.job, tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=ts,
-                    resolved_at=None, score=run.duration / cfg.idle_window_s,
-                    summary=f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
-                            f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so far",
-                    evidence=self._evidence(run, cfg, currency)))
+                out.event(alert("idle", g.uuid, Facts(
+                    status="firing", severity="warning", where=_where(msg.node, g.uuid, run), started_at=run.start,
+                    detected_at=ts, resolved_at=None, score=run.duration / cfg.idle_window_s, told=Told(
+                        f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
+                        f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so far",
+                        self._evidence(run, cfg, currency)))))
 
     def _evidence(self, run: Run, cfg: StreamConfig, currency: str) -> dict:
         return {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
@@ -148,13 +146,13 @@ class IdleTracker:
             return   # still idle when the input ended: the incident stays open
         why = f"utilization back to {util:g}%" if reason == "busy" else \
             f"no telemetry since {_clock(run.end)} UTC" if reason == "no telemetry" else reason
-        out.event(alert(
-            "idle", uuid, status="resolved", severity="warning", node=node, gpu_uuid=uuid, job=run.job,
-            tenant=run.tenant, pool=run.pool, started_at=run.start, detected_at=run.detected, resolved_at=run.end,
-            score=0.0, summary=f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
-            evidence={"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
-                      "end_reason": reason, "resolution": RESOLUTION[reason], "cost": _cost(run),
-                      "price_per_gpu_hour": _money(run.price)}))
+        out.event(alert("idle", uuid, Facts(
+            status="resolved", severity="warning", where=_where(node, uuid, run), started_at=run.start,
+            detected_at=run.detected, resolved_at=run.end, score=0.0, told=Told(
+                f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
+                {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
+                 "end_reason": reason, "resolution": RESOLUTION[reason], "cost": _cost(run),
+                 "price_per_gpu_hour": _money(run.price)}))))
 
     def silence(self, node: str, out: Output) -> None:
         """The node stopped reporting: every idle run ends, its alert resolved at its last sample, "no telemetry"."""
@@ -178,3 +176,7 @@ class IdleTracker:
         t = cls()
         t.runs = {u: Run.from_state(r) for u, r in state.items()}
         return t
+
+
+def _where(node: str, uuid: str, run: Run) -> Where:
+    return Where(node=node, gpu_uuid=uuid, job=run.job, tenant=run.tenant, pool=run.pool)

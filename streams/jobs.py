@@ -17,17 +17,15 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from gpufleet.contracts import tables
 from gpufleet.contracts.jobsample import CLOCK, POWER, UTIL, UUID
-from gpufleet.contracts.output import Output, Table, source_of
+from gpufleet.contracts.output import Output, source_of
 from gpufleet.contracts.state import StateError, check_version, load_fields, save_fields
-from gpufleet.models.detectors import Detection, JobDetectors
+from gpufleet.models.detectors import Detection, JobContext, JobDetectors, JobItem
 
 STATE_VERSION = 3
 
-JOB_ROLLUP = Table("job_rollup_1m", (
-    "minute", "job", "tenant", "pool", "nodes", "gpus", "samples", "util_pct_mean", "util_pct_min_gpu",
-    "util_pct_max_gpu", "sm_clock_mhz_mean", "sm_clock_mhz_min_gpu", "power_w_mean", "slowest_gpu",
-    "slowest_node"))
+JOB_ROLLUP = tables.JOB_ROLLUP_1M
 
 @dataclass(slots=True)
 class GpuSums:
@@ -202,7 +200,8 @@ class JobProcessor:
         self.tenant, self.pool = sample["tenant"], sample["pool"]
         self.acc.add(node, ts, sample["gpus"])
         if detection is not None:
-            self.detect.add(self.job, ts, node, sample, self.tenant, self.pool, detection, out)
+            self.detect.add(JobItem(ts, node, sample), detection,
+                            JobContext(self.job, self.tenant, self.pool, out, detection.recorder))
 
     def close(self, out: Output) -> None:
         """Emit the open minute's job rollup."""

@@ -1,23 +1,35 @@
 """Everything the stream keeps for one node, fed with that node's messages."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpufleet.contracts.jobsample import job_samples, silent_leaves
 from gpufleet.contracts.output import Output, source_of
 from gpufleet.contracts.state import StateError, check_version
 from gpufleet.contracts.telemetry import Telemetry
 from gpufleet.models.detectors import Detection, NodeDetectors
 
-from .billing.prices import Tariff, default_tariff
+from .billing.metering import Metering
+from .billing.prices import Tariff
+from .billing.underuse import UnderuseTracker
 from .config import StreamConfig
 from .eventtime import ACCEPTED, DUPLICATE, HELD, LATE, REPLAYED, Gate
 from .idle import IdleTracker
-from .metering import Metering
 from .rollups import MinuteRollups
 from .samples import sample_rows
-from .underuse import UnderuseTracker
 
 SILENT_LEAVE_S = 0.001     # a silent node leaves its jobs just after its last sample (its last job sample is at it)
 STATE_VERSION = 5       # 4: metering, and rented time in the GPU rollups; 5: detectors by kind
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRules:
+    """What every node's processing follows, the same for all the nodes of a pipeline and resolved once when it is
+    made: the stream's settings, the detectors' model, the tariff (prices, modes, and whether to meter)."""
+
+    cfg: StreamConfig
+    tariff: Tariff
+    detection: Detection | None = None
 
 
 class NodeProcessor:
@@ -37,18 +49,16 @@ class NodeProcessor:
         self.last_ts: float | None = None    # the newest message processed
         self.silent = False                  # found silent (no telemetry for stream.silent_after_s) since then
 
-    def push(self, msg: Telemetry, cfg: StreamConfig, out: Output, ref=None,
-             detection: Detection | None = None, position: tuple[int, int] | None = None,
-             tariff: Tariff | None = None) -> str:
+    def push(self, msg: Telemetry, rules: NodeRules, out: Output, ref=None,
+             position: tuple[int, int] | None = None) -> str:
         """Admit one message (any order within the lateness); process what the watermark releases.
 
         ``ref`` (the input it came in) is put in ``out.done`` once the message is processed, or at
         once when it is a duplicate, late or replayed. ``position`` (partition, offset) tells a
         message delivered again after a restart, already reflected in the saved state, from one
-        truly late: the first is REPLAYED, the second is LATE. ``tariff``: the billing settings (default: the
-        default price table).
+        truly late: the first is REPLAYED, the second is LATE.
         """
-        gate = self.gate
+        cfg, gate = rules.cfg, self.gate
         status, ready = gate.push(msg, cfg.lateness_s, cfg.dedup_horizon_s, ref, cfg.clock_step_s)
         if gate.copies:                      # copies stamped ahead of their sequence, dropped for their originals
             for refs in gate.take_copies():
@@ -67,15 +77,14 @@ class NodeProcessor:
         if status != ACCEPTED and not held:
             out.done.append(ref)
         for m, refs in ready:
-            self._guarded(m, refs, cfg, out, detection, tariff or default_tariff())
+            self._guarded(m, refs, rules, out)
         return status
 
-    def _guarded(self, msg: Telemetry, refs: list, cfg: StreamConfig, out: Output, detection: Detection | None,
-                 tariff: Tariff) -> None:
+    def _guarded(self, msg: Telemetry, refs: list, rules: NodeRules, out: Output) -> None:
         """Process one released message; if that raises, the message is dead-lettered (``internal_error``) and
         the node goes on with the next (one input never stops a partition)."""
         try:
-            self._process(msg, cfg, out, detection, tariff)
+            self._process(msg, rules, out)
         except StateError:
             raise
         except Exception as err:
@@ -83,10 +92,10 @@ class NodeProcessor:
             out.internal_error(err, source, msg.ts, msg.to_json())
         out.done.extend(refs)
 
-    def _process(self, msg: Telemetry, cfg: StreamConfig, out: Output, detection: Detection | None,
-                 tariff: Tariff) -> None:
+    def _process(self, msg: Telemetry, rules: NodeRules, out: Output) -> None:
+        cfg, tariff = rules.cfg, rules.tariff
         if self.last_ts is not None and not self.silent and msg.ts - self.last_ts > cfg.silent_after_s:
-            self.silence(out, tariff)        # silent for longer than stream.silent_after_s: found now, if not before
+            self.silence(rules, out)         # silent for longer than stream.silent_after_s: found now, if not before
         out.counts["gpu_samples"] += len(msg.gpus)
         if self.last_ts is None or msg.ts > self.last_ts:
             self.last_ts = msg.ts
@@ -97,27 +106,26 @@ class NodeProcessor:
         self.idle.add(msg, cfg, out, tariff)
         if tariff.config.enabled:
             self.meter.add(msg, self.idle.runs, cfg, tariff, out)
-            self._underuse(cfg, tariff, out)
+            self._underuse(rules, out)
         flags = None
-        if detection is not None:
-            flags = self.detect.add(msg, detection, out, {g.job: g.tenant for g in msg.gpus})
+        if rules.detection is not None:
+            flags = self.detect.add(msg, rules.detection, out, {g.job: g.tenant for g in msg.gpus})
         self.jobs = job_samples(msg, out, self.jobs, flags)
 
-    def flush(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
-              tariff: Tariff | None = None, newest: float | None = None) -> None:
+    def flush(self, rules: NodeRules, out: Output, newest: float | None = None) -> None:
         """End of input: process what is waiting and close every open window. ``newest``: the newest time of the
         whole input; a node silent for ``stream.silent_after_s`` before it is :meth:`silence`d first."""
-        tariff = tariff or default_tariff()
-        self.drain(cfg, out, detection, tariff)
-        if newest is not None and self.last_ts is not None and newest - self.last_ts > cfg.silent_after_s:
-            self.silence(out, tariff)
+        bc = rules.tariff.config
+        self.drain(rules, out)
+        if newest is not None and self.last_ts is not None and newest - self.last_ts > rules.cfg.silent_after_s:
+            self.silence(rules, out)
         self.rollups.close(self.name, out)
         self.idle.flush(self.name, out)
-        self.meter.flush(self.name, tariff, out)
-        self._underuse(cfg, tariff, out)
-        self.underuse.flush(self.name, tariff.config.underuse_pct, tariff.config.currency, out)
+        self.meter.flush(self.name, rules.tariff, out)
+        self._underuse(rules, out)
+        self.underuse.flush(self.name, bc.underuse_pct, bc.currency, out)
 
-    def _underuse(self, cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
+    def _underuse(self, rules: NodeRules, out: Output) -> None:
         """Hand the billing records just emitted to the underuse alert (decided a period and an idle window on);
         with none, look again once a minute of the node's time (a rental that ended emits none)."""
         records, self.meter.emitted = self.meter.emitted, []
@@ -125,25 +133,23 @@ class NodeProcessor:
             return                         # a silent node's last records: its incidents resolved already
         now = self.last_ts or 0.0
         if records or (self.underuse.open and now - self.underuse.newest >= 60):
-            bc = tariff.config
-            self.underuse.add(self.name, records, bc.underuse_pct, bc.period_s + cfg.idle_window_s, bc.currency, out,
-                              now)
+            bc = rules.tariff.config
+            self.underuse.add(self.name, records, bc.underuse_pct, bc.period_s + rules.cfg.idle_window_s,
+                              bc.currency, out, now)
 
-    def drain(self, cfg: StreamConfig, out: Output, detection: Detection | None = None,
-              tariff: Tariff | None = None) -> None:
+    def drain(self, rules: NodeRules, out: Output) -> None:
         """Process every message waiting for the watermark (the end of input, or a node found silent); those still
         ahead of their collector's sequence, which nothing confirmed, are dead-lettered as ``clock_skew``."""
-        tariff = tariff or default_tariff()
-        for m, refs, by in self.gate.unconfirmed(cfg.lateness_s):
+        for m, refs, by in self.gate.unconfirmed(rules.cfg.lateness_s):
             out.dead_letter("clock_skew", f"ts: {by:.0f} s ahead of what seq {m.seq} of collector {m.collector_id} "
                                           "predicts, and no later message confirmed a clock step",
                             source_of(refs[0] if refs else None, f"node {self.name} at ts {m.ts}"), m.ts, m.to_json())
             out.counts[f"clock_skew:{self.name}"] += 1
             out.done.extend(refs)
         for m, refs in self.gate.drain():
-            self._guarded(m, refs, cfg, out, detection, tariff)
+            self._guarded(m, refs, rules, out)
 
-    def silence(self, out: Output, tariff: Tariff | None = None) -> None:
+    def silence(self, rules: NodeRules, out: Output) -> None:
         """The node stopped reporting: its idle alerts and its detectors' incidents resolve, "no telemetry since"
         its last message, and its jobs are told it left them (their incidents on it resolve alike). Its next
         message makes it heard again."""
@@ -152,8 +158,8 @@ class NodeProcessor:
         self.silent = True
         out.counts["silent_nodes"] += 1
         self.idle.silence(self.name, out)
-        tariff = default_tariff() if tariff is None else tariff
-        self.underuse.silence(self.name, self.last_ts, tariff.config.underuse_pct, tariff.config.currency, out)
+        bc = rules.tariff.config
+        self.underuse.silence(self.name, self.last_ts, bc.underuse_pct, bc.currency, out)
         self.detect.silence(self.last_ts, out)
         silent_leaves(self.name, self.last_ts + SILENT_LEAVE_S, self.jobs, out)
         self.jobs = set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gpufleet.contracts.jobsample import invalid_job_sample
 from gpufleet.contracts.output import Output
@@ -23,22 +24,40 @@ from .config import StreamConfig
 from .decode import decode
 from .eventtime import DUPLICATE, LATE, REPLAYED, FleetWatermark
 from .jobs import JobProcessor
-from .node import NodeProcessor
+from .node import NodeProcessor, NodeRules
 
 SILENCE_CHECK_S = 60.0      # s of stream time between looks for silent nodes (embedded mode)
 
 
+@dataclass(frozen=True)
+class Driver:
+    """How the driver runs the pipeline. The embedded mode (the default): stream time from the telemetry, the job
+    stage in this process, the input one file or ``partitions`` partitions of a log. The distributed mode's stages:
+    ``live`` (the wall clock, ``clock``, for clock skew and silent nodes), job samples routed through Kafka (not
+    ``route_jobs``), and saved processors loaded from the state tables (``load_node``, ``load_job``)."""
+
+    live: bool = False
+    clock: Callable[[], float] = time.time
+    route_jobs: bool = True
+    partitions: int | None = None
+    load_node: Callable[[str], NodeProcessor | None] | None = None
+    load_job: Callable[[str], JobProcessor | None] | None = None
+
+
+EMBEDDED = Driver()
+
+
 class Pipeline:
-    def __init__(self, cfg: StreamConfig | None = None, *, live: bool = False,
-                 clock: Callable[[], float] = time.time, route_jobs: bool = True,
-                 load_node: Callable[[str], NodeProcessor | None] | None = None,
-                 load_job: Callable[[str], JobProcessor | None] | None = None,
+    def __init__(self, cfg: StreamConfig | None = None, *, billing: BillingConfig | None = None,
                  model: Model | None = None, detect: bool = True, recorder: Recorder | None = None,
-                 billing: BillingConfig | None = None, partitions: int | None = None):
+                 driver: Driver = EMBEDDED):
+        live, clock, route_jobs, partitions = driver.live, driver.clock, driver.route_jobs, driver.partitions
+        load_node, load_job = driver.load_node, driver.load_job
         self.cfg = cfg or StreamConfig()
         self.tariff = Tariff(billing)                # prices, and whether to meter (billing.enabled)
         model = (model or Model.default()).with_hold_downs(hold_downs(self.cfg.hold_down_s))
         self.detection = Detection(model, recorder) if detect else None
+        self.rules = NodeRules(self.cfg, self.tariff, self.detection)   # every node's, resolved once
         self.live = live
         self.route_jobs = route_jobs
         self.load_node = load_node or (lambda name: None)     # saved state, in the distributed mode
@@ -130,7 +149,7 @@ class Pipeline:
              position: tuple[int, int] | None = None) -> Telemetry | None:
         """Process one already validated message (decoded by :func:`.decode.decode`, or the contract's model)."""
         node = self.node(msg.node)
-        status = node.push(msg, self.cfg, self.out, ref, self.detection, position, self.tariff)
+        status = node.push(msg, self.rules, self.out, ref, position)
         if self.route_jobs:
             watermark = node.gate.watermark(self.cfg.lateness_s)
             partition = position[0] if position is not None else None
@@ -223,18 +242,18 @@ class Pipeline:
             heard = node.gate.newest()
             if now - max(node.last_ts, heard if heard is not None else node.last_ts) <= limit:
                 continue
-            node.drain(self.cfg, self.out, self.detection, self.tariff)
-            node.silence(self.out, self.tariff)
+            node.drain(self.rules, self.out)
+            node.silence(self.rules, self.out)
             self.fleet.remove(name)
 
     def flush(self) -> None:
         """End of input: every open window is closed and emitted; a node silent for ``stream.silent_after_s``
         before the newest telemetry of the input is silenced first (its alerts resolve, "no telemetry since")."""
         for node in self.nodes.values():
-            node.drain(self.cfg, self.out, self.detection, self.tariff)
+            node.drain(self.rules, self.out)
         newest = max((n.last_ts for n in self.nodes.values() if n.last_ts is not None), default=None)
         for node in self.nodes.values():
-            node.flush(self.cfg, self.out, self.detection, self.tariff, newest)
+            node.flush(self.rules, self.out, newest)
         if self.route_jobs:
             self.route(float("inf"))
             for job in self.jobs.values():

@@ -12,7 +12,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts import tables
+from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
 from gpufleet.contracts.telemetry import BENIGN_CLOCK_EVENTS, PHYSICAL_EXTENSIVE, Telemetry
 
@@ -31,11 +32,15 @@ def _stat_columns(metrics) -> tuple[str, ...]:
     return tuple(f"{m}_{s}" for m in metrics for s in ("mean", "min", "max"))
 
 
-GPU_ROLLUP = Table("gpu_rollup_1m", ("minute", "node", "pool", "gpu_uuid", "gpu_index", "model", "tenant", "job",
-                                     "samples", *_stat_columns(GPU_METRICS), "throttled_samples", "xid_events",
-                                     "rented_ms"))
-NODE_ROLLUP = Table("node_rollup_1m", ("minute", "node", "pool", "samples", "gpus",
-                                       *_stat_columns(NODE_METRICS)))
+GPU_ROLLUP, NODE_ROLLUP = tables.GPU_ROLLUP_1M, tables.NODE_ROLLUP_1M
+# the rows are laid out by the metrics' statistics (Stats.columns): the layout must be the tables'
+for _table, _layout in ((GPU_ROLLUP, ("minute", "node", "pool", "gpu_uuid", "gpu_index", "model", "tenant", "job",
+                                      "samples", *_stat_columns(GPU_METRICS), "throttled_samples", "xid_events",
+                                      "rented_ms")),
+                        (NODE_ROLLUP, ("minute", "node", "pool", "samples", "gpus", *_stat_columns(NODE_METRICS)))):
+    if _table.columns != _layout:
+        raise ValueError(f"{_table.name}: the rollup's row layout {_layout} is not the table's {_table.columns} "
+                         "(gpufleet/contracts/tables.py)")
 
 NAN = float("nan")
 _GPU_PHYSICAL = tuple(i for i, m in enumerate(GPU_METRICS) if m in PHYSICAL_EXTENSIVE)

@@ -1,13 +1,11 @@
 """Raw GPU samples as store rows (kept for a limited time; see the TTL in sql/)."""
 from __future__ import annotations
 
-from gpufleet.contracts.output import Output, Table
+from gpufleet.contracts import tables
+from gpufleet.contracts.output import Output
 from gpufleet.contracts.telemetry import Telemetry
 
-GPU_SAMPLES = Table("gpu_samples", (
-    "ts", "node", "pool", "gpu_uuid", "gpu_index", "tenant", "job", "util_pct", "mem_util_pct", "mem_used_bytes",
-    "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
-    "throttle_reasons", "xid_events", "process_pids", "process_mem_bytes"))
+GPU_SAMPLES = tables.GPU_SAMPLES
 
 
 def _int(v):

@@ -1,30 +1,35 @@
-"""The store sink: batches rows by size and age, writes them idempotently, retries while the store is down.
+"""The store sink: batches rows by size and age, writes each table to its destination, retries while the store is down.
 
 ``Sink.add`` buffers what processing produced; ``Sink.flush`` writes every
 buffered row and returns only once all of it is stored, retrying with backoff
 while the store is unavailable (so a caller that waits on it is held back
 rather than buffering without bound). A permanent failure raises.
+
+Each table has one destination behind one interface (:class:`Destination`): ``prepare(rows)`` decides, once,
+the inserts a batch needs (a retry inserts the very same blocks again), and the sink inserts them. A table is
+written idempotently on its key (:class:`TableSink`); the billing ledger has its own rules
+(streams/billing/sink.py). This module knows no billing rule.
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import Sequence
-from decimal import Decimal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
+from gpufleet.contracts import tables
 from gpufleet.contracts.events import ALERT_SCHEMA, BILLING_SCHEMA
-from gpufleet.contracts.output import Table
-from gpufleet.sql import StoreUnavailable
+from gpufleet.contracts.tables import Table
+from gpufleet.sql import Insert, StoreUnavailable
 
-from . import ledger
+from .billing import ledger
+from .billing.sink import LedgerSink
 
 log = logging.getLogger("gpufleet.sink")
 
-ALERTS = Table("alerts", ("id", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant", "pool",
-                          "started_at", "detected_at", "resolved_at", "score", "summary", "evidence"))
-DEAD_LETTERS = Table("dead_letters", ("received_at", "reason_code", "reason", "source", "payload"), dedup=False)
-LEDGER = Table("billing_ledger", ledger.LEDGER_COLUMNS)
+ALERTS, DEAD_LETTERS, LEDGER = tables.ALERTS, tables.DEAD_LETTERS, tables.BILLING_LEDGER
 
 
 def _ms(t: float | None) -> int | None:
@@ -32,33 +37,51 @@ def _ms(t: float | None) -> int | None:
 
 
 def alert_row(e: dict) -> tuple:
-    return (e["id"], e["status"], e["dedup_key"], e["kind"], e["severity"], e["node"] or "", e["gpu_uuid"] or "",
-            e["job"] or "", e["tenant"] or "", e["pool"] or "", _ms(e["started_at"]), _ms(e["detected_at"]),
-            _ms(e["resolved_at"]), float(e["score"]), e["summary"], json.dumps(e["evidence"], sort_keys=True))
+    return ALERTS.row(id=e["id"], status=e["status"], dedup_key=e["dedup_key"], kind=e["kind"],
+                      severity=e["severity"], node=e["node"] or "", gpu_uuid=e["gpu_uuid"] or "", job=e["job"] or "",
+                      tenant=e["tenant"] or "", pool=e["pool"] or "", started_at=_ms(e["started_at"]),
+                      detected_at=_ms(e["detected_at"]), resolved_at=_ms(e["resolved_at"]), score=float(e["score"]),
+                      summary=e["summary"], evidence=json.dumps(e["evidence"], sort_keys=True))
 
 
-def _seconds(s: float) -> Decimal:
-    return Decimal(str(s))       # the event's seconds have at most 3 decimals: exact in Decimal(18, 3)
-
-
-def ledger_row(e: dict) -> tuple:
-    """A ``gpufleet.billing.v1`` event as a ``billing_ledger`` row: money and seconds as Decimal, never floats."""
-    return (e["gpu_uuid"], e["tenant"], e["job"] or "", e["period_start"], e["period_end"], e.get("node") or "",
-            e["pool"] or "", e.get("gpu_index") or 0, e["gpu_model"] or "", e.get("mig_profile") or "",
-            Decimal(e.get("gpu_share") or "1"), e.get("team") or "", e.get("billing_mode") or "", e["currency"],
-            e.get("samples") or 0, e.get("interval_s") or 0.0, _seconds(e["rented_s"]), _seconds(e["busy_s"]),
-            _seconds(e["idle_s"]), _seconds(e.get("estimated_s") or 0), _seconds(e.get("unbilled_s") or 0),
-            _seconds(e.get("minimum_topup_s") or 0), e.get("util_pct"), e.get("busy_util_pct"),
-            Decimal(e["price_per_gpu_hour"]), Decimal(e["amount"]), Decimal(e["idle_amount"]),
-            {k: Decimal(v) for k, v in (e.get("amounts_by_mode") or {}).items()}, e.get("data_quality") or "",
-            _seconds(e.get("underused_s") or 0), Decimal(e.get("unused_amount") or "0"),
-            Decimal(e.get("unsold_amount") or "0"), e.get("price_version") or "",
-            Decimal(e.get("busy_weighted_s") or 0), Decimal(e.get("idle_weighted_s") or 0),
-            _seconds(e.get("estimated_idle_s") or 0))
+ledger_row = ledger.row_of
 
 
 def dead_row(d: dict) -> tuple:
-    return (_ms(d["received_at"]), d["reason_code"], d["reason"], d["source"], d["payload"])
+    return DEAD_LETTERS.row(received_at=_ms(d["received_at"]), reason_code=d["reason_code"], reason=d["reason"],
+                            source=d["source"], payload=d["payload"])
+
+
+# the events the sink stores, by schema: the table and the row of each
+EVENT_ROWS: dict[str, tuple[Table, Callable[[dict], tuple]]] = {ALERT_SCHEMA: (ALERTS, alert_row),
+                                                                 BILLING_SCHEMA: (LEDGER, ledger_row)}
+
+
+class Destination(Protocol):
+    """Where one table's rows go: the inserts a batch of rows needs, decided once against the store."""
+
+    table: Table
+
+    def prepare(self, rows: list[tuple]) -> list[Insert]: ...
+
+
+class TableSink:
+    """A table written idempotently: rows whose key is stored already are dropped (for tables marked ``dedup``)."""
+
+    def __init__(self, store, table: Table) -> None:
+        self.store, self.table = store, table
+
+    def prepare(self, rows: list[tuple]) -> list[Insert]:
+        t = self.table
+        return [self.store.prepare(t.name, t.columns, rows, dedup=t.dedup)]
+
+
+@dataclass
+class Batch:
+    """One table's rows on their way to the store, and the inserts decided for them at the first try."""
+
+    rows: list[tuple]
+    inserts: list[Insert] | None = None
 
 
 class Sink:
@@ -75,13 +98,28 @@ class Sink:
         self.failures = 0
         self.unavailable_since: float | None = None     # wall time of the first failure of a retry run
         self.unavailable_total_s = 0.0                  # over retry runs that ended
-        self.priced_differently = 0                     # ledger rows stored at other prices (a replay's warning)
-        self.late_rows = 0                              # records of closed months, written as adjustments
+        self.ledger = LedgerSink(store)
+        self.destinations: dict[str, Destination] = {LEDGER.name: self.ledger}
+
+    @property
+    def priced_differently(self) -> int:
+        return self.ledger.priced_differently
+
+    @property
+    def late_rows(self) -> int:
+        return self.ledger.late_rows
+
+    def destination(self, table: Table) -> Destination:
+        found = self.destinations.get(table.name)
+        if found is None:
+            found = self.destinations[table.name] = TableSink(self.store, table)
+        return found
 
     def add(self, rows: dict[Table, list[tuple]], events: Sequence[dict] = (), dead: Sequence[dict] = ()) -> None:
         if events:
-            rows = {**rows, ALERTS: [alert_row(e) for e in events if e["schema"] == ALERT_SCHEMA],
-                    LEDGER: [ledger_row(e) for e in events if e["schema"] == BILLING_SCHEMA]}
+            rows = dict(rows)
+            for schema, (table, row_of) in EVENT_ROWS.items():
+                rows[table] = [row_of(e) for e in events if e["schema"] == schema]
         if dead:
             rows = {**rows, DEAD_LETTERS: [dead_row(d) for d in dead]}
         for table, new in rows.items():
@@ -118,55 +156,27 @@ class Sink:
         """Write rows taken from the buffer, retrying while the store is unavailable; returns how many were new."""
         new = 0
         for table, rows in buffer.items():
-            delay, batches = self.backoff_s[0], None
-            while True:
-                try:
-                    # what is not stored yet is decided once: a retry inserts the very same blocks again
-                    if batches is None:
-                        batches = (self._ledger(rows) if table.name == LEDGER.name else
-                                   [self.store.prepare(table.name, table.columns, rows, dedup=table.dedup)])
-                    n = sum(self.store.insert(b) for b in batches)
-                    break
-                except StoreUnavailable as err:
-                    self.failures += 1
-                    self.unavailable_since = self.unavailable_since or time.time()
-                    log.warning("store unavailable, %d rows for %s held, retrying in %.1f s: %s",
-                                len(rows), table.name, delay, err)
-                    time.sleep(delay)
-                    delay = min(delay * 2, self.backoff_s[1])
-            if self.unavailable_since is not None:
-                self.unavailable_total_s += time.time() - self.unavailable_since
-                self.unavailable_since = None
+            n = self._write(self.destination(table), Batch(rows))
             new += n
             self.written[table.name] = self.written.get(table.name, 0) + n
         return new
 
-    def _ledger(self, rows: list[tuple]) -> list:
-        """The inserts of a batch of ledger rows: those of open months into the ledger (keys stored already are
-        dropped), those of closed months that the ledger lacks into the adjustments, as late usage. Rows stored
-        at other prices are counted and logged: the ledger keeps its amounts until `gpufleet bill rerate`."""
-        closed = ledger.closed_months(self.store)
-        differ = ledger.priced_differently(ledger.in_force(self.store, [ledger.key_of(r) for r in rows]), rows)
-        if differ:
-            self.priced_differently += len(differ)
-            log.warning("%d billing rows are priced differently from the ledger (price version %s, stored %s); the "
-                        "ledger keeps its amounts: `gpufleet bill rerate` prices stored rows again", len(differ),
-                        differ[0][LEDGER.columns.index("price_version")] or "(none)",
-                        ledger.key_of(differ[0]))
-        late = [r for r in rows if ledger.month_of(r[3]) in closed]
-        if not late:
-            return [self.store.prepare(LEDGER.name, LEDGER.columns, rows)]
-        fresh = [r for r in rows if ledger.month_of(r[3]) not in closed]
-        stored = self.store.stored_keys(LEDGER.name, LEDGER.columns, late)
-        key = self.store.key_of(LEDGER.name, LEDGER.columns)
-        adjustments = []
-        for r in late:
-            if key(r) in stored:
-                continue
-            d = ledger.as_dict(r)
-            adjustments.append(ledger.adjustment(
-                d, ledger.LATE, "late", ledger.invoice_month(ledger.month_of(r[3]), closed),
-                "arrived after the month was closed", d["amount"], d["idle_amount"], at=0))
-        late_batch = self.store.prepare(ledger.ADJUSTMENTS.name, ledger.ADJUSTMENTS.columns, adjustments)
-        self.late_rows += len(late_batch.rows)                 # those not stored yet
-        return [self.store.prepare(LEDGER.name, LEDGER.columns, fresh), late_batch]
+    def _write(self, destination: Destination, batch: Batch) -> int:
+        delay = self.backoff_s[0]
+        while True:
+            try:
+                if batch.inserts is None:     # decided once: a retry inserts the very same blocks again
+                    batch.inserts = destination.prepare(batch.rows)
+                n = sum(self.store.insert(b) for b in batch.inserts)
+                break
+            except StoreUnavailable as err:
+                self.failures += 1
+                self.unavailable_since = self.unavailable_since or time.time()
+                log.warning("store unavailable, %d rows for %s held, retrying in %.1f s: %s",
+                            len(batch.rows), destination.table.name, delay, err)
+                time.sleep(delay)
+                delay = min(delay * 2, self.backoff_s[1])
+        if self.unavailable_since is not None:
+            self.unavailable_total_s += time.time() - self.unavailable_since
+            self.unavailable_since = None
+        return n

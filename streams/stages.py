@@ -140,7 +140,7 @@ class NodeStage:
         pipeline = self.pipeline
         for name in clock.nodes():
             node = pipeline.node(name)
-            node.flush(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff, newest)
+            node.flush(pipeline.rules, pipeline.out, newest)
             touched[(NODES, name.encode())] = partition
         clock.ended = True
 
@@ -154,8 +154,8 @@ class NodeStage:
             node = pipeline.node(name)
             if node.silent or node.last_ts is None:
                 continue
-            node.drain(pipeline.cfg, pipeline.out, pipeline.detection, pipeline.tariff)
-            node.silence(pipeline.out, pipeline.tariff)
+            node.drain(pipeline.rules, pipeline.out)
+            node.silence(pipeline.rules, pipeline.out)
             touched[(NODES, name.encode())] = partition
 
     def save(self, key: StateKey) -> bytes | None:

@@ -1,14 +1,14 @@
 """``gpufleet worker``: the stream processors on Kafka, as a faust-streaming app.
 
-Composed top to bottom: topics, state tables, the two stages (node, job) with their sinks, the agents
-that feed them, timers, web endpoints. The batch protocol that makes results durable before inputs
+Composed top to bottom (``make_app``): topics, state tables, the two stages (node, job) with their sinks, the
+agents that feed them, timers, web endpoints; what they share is one :class:`Parts`; the worker's view of its
+own progress is progress.py's :class:`Watch`. The batch protocol that makes results durable before inputs
 are acknowledged is in durable.py; the corrections to Faust are in faust_compat.py.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
+from dataclasses import dataclass
 from typing import Any
 
 import faust
@@ -16,13 +16,13 @@ import faust
 from gpufleet.contracts.events import BILLING_SCHEMA
 from gpufleet.contracts.state import StateError
 
-from .durable import Rebalances, Stage, Topics
+from .durable import Outlets, Rebalances, Stage, Topics
 from .faust_compat import KeyedTable, deliver_every_record, rewind_from_zero
 from .jobs import JobProcessor
 from .metrics import WorkerMetrics
 from .node import NodeProcessor
-from .pipeline import Pipeline
-from .progress import PartitionProgress, Restarts
+from .pipeline import Driver, Pipeline
+from .progress import Watch
 from .sink import Sink
 from .stages import CLOCKS, JOBS, NODES, JobStage, NodeStage, saved
 
@@ -58,8 +58,26 @@ class FaustBus:
         await self.app.producer.flush()
 
 
+@dataclass
+class Parts:
+    """What the worker's agents, timers and pages share."""
+
+    app: faust.App
+    settings: Any
+    names: dict[str, str]                     # topic role -> topic name (topic_names)
+    rebalances: Rebalances
+    metrics: WorkerMetrics
+    watch: Watch
+    stages: tuple[Stage, Stage] | None = None   # node, job
+
+    @property
+    def sources(self) -> set[str]:
+        return {self.names["telemetry"], self.names["by_job"]}
+
+
 def make_app(settings, store, model=None) -> faust.App:
-    """The worker app for ``settings``, writing to ``store`` (nothing starts until it runs)."""
+    """The worker app for ``settings``, writing to ``store`` (nothing starts until it runs): topics, state tables,
+    the two stages with their sinks, the agents that feed them, timers, web pages."""
     w, n = settings.worker, settings.kafka.partitions
     app = faust.App(
         w.app_id, broker=f"kafka://{settings.kafka.bootstrap}", store="memory://", topic_partitions=n,
@@ -67,39 +85,45 @@ def make_app(settings, store, model=None) -> faust.App:
         broker_heartbeat_interval=min(3.0, w.session_timeout_s / 3), broker_commit_interval=w.commit_interval_s,
         consumer_auto_offset_reset="earliest", producer_acks=-1, producer_compression_type="lz4",
         web_port=w.web_port, web_bind=w.web_host, datadir=w.data_dir, web_in_thread=False)
-
-    # topics
-    names = topic_names(settings)
+    metrics = WorkerMetrics()
+    parts = Parts(app, settings, topic_names(settings), Rebalances(reports_starts=True), metrics,
+                  Watch(settings.kafka.bootstrap, w.app_id, w.stuck_after_s, w.max_restarts_per_minute, metrics))
     topics = {name: app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-              for name in names.values()}
+              for name in parts.names.values()}
     # each stream partition is delivered whole and taken in order from where reading restarts (durable.py)
-    rebalances = Rebalances(reports_starts=True)
-    sources = {names["telemetry"], names["by_job"]}
-    rewind_from_zero(app.consumer, sources, rebalances.started)
-    deliver_every_record(app.consumer, sources)
+    rewind_from_zero(app.consumer, parts.sources, parts.rebalances.started)
+    deliver_every_record(app.consumer, parts.sources)
+    parts.stages = _stages(parts, _tables(app, n), FaustBus(app, topics), store, model)
+    _rebalances(parts)
+    _agents(parts, topics)
+    _timers(parts)
+    _pages(parts)
+    return app
 
-    # state tables (changelogs <app_id>-nodes-changelog, -jobs-changelog, -clocks-changelog)
-    tables = {name: KeyedTable(app, name=name, default=None, partitions=n, key_type=bytes, value_type=bytes,
-                               help=what)
+
+def _tables(app: faust.App, partitions: int) -> dict[str, KeyedTable]:
+    """The state tables (changelogs <app_id>-nodes-changelog, -jobs-changelog, -clocks-changelog)."""
+    tables = {name: KeyedTable(app, name=name, default=None, partitions=partitions, key_type=bytes,
+                               value_type=bytes, help=what)
               for name, what in ((NODES, "each node's processor state"), (JOBS, "each job's processor state"),
                                  (CLOCKS, "each partition's clock, for the job stage's watermark"))}
     for table in tables.values():
         app.tables.add(table)
+    return tables
 
-    # the stages: one pipeline, state restored from the tables on first use
+
+def _stages(parts: Parts, tables: dict[str, KeyedTable], bus: FaustBus, store, model) -> tuple[Stage, Stage]:
+    """The node and job stages: one pipeline, state restored from the tables on first use."""
+    settings, names, app = parts.settings, parts.names, parts.app
+    w, n = settings.worker, settings.kafka.partitions
+
     def junk(table: str):         # a changelog value no gpufleet saved: dead-lettered, the key starts afresh
         return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
-    pipeline = Pipeline(settings.stream, live=True, route_jobs=False, model=model, billing=settings.billing,
-                        load_node=saved(tables[NODES], NodeProcessor.from_state, junk(NODES)),
-                        load_job=saved(tables[JOBS], JobProcessor.from_state, junk(JOBS)))
-    metrics = WorkerMetrics()
+    pipeline = Pipeline(settings.stream, model=model, billing=settings.billing, driver=Driver(
+        live=True, route_jobs=False, load_node=saved(tables[NODES], NodeProcessor.from_state, junk(NODES)),
+        load_job=saved(tables[JOBS], JobProcessor.from_state, junk(JOBS))))
     outputs = Topics(alerts=names["alerts"], dead_letters=names["dlq"], by_job=names["by_job"], partitions=n,
                      other={BILLING_SCHEMA: names["billing"]})
-    bus = FaustBus(app, topics)
-    unread: dict[tuple[str, int], int] = {}        # (topic, partition) -> records not read yet (for idle nodes)
-    progress = PartitionProgress(w.stuck_after_s)
-    restarts = Restarts(w.max_restarts_per_minute)
-    offsets: list = []                             # the broker's offsets, read in a thread (kafka.OffsetReader)
 
     def sink() -> Sink:
         return Sink(store, settings.store.batch_rows, settings.store.batch_seconds)
@@ -109,28 +133,30 @@ def make_app(settings, store, model=None) -> faust.App:
 
     key = settings.kafka.control_key
     nodes = NodeStage(pipeline, tables[CLOCKS], assigned=assigned,
-                      lag=lambda partition: unread.get((names["telemetry"], partition)),
+                      lag=lambda partition: parts.watch.unread.get((names["telemetry"], partition)),
                       control_key=key.get_secret_value().encode() if key is not None else None)
     jobs = JobStage(pipeline, tables[JOBS], tables[CLOCKS], n)
-    node_stage = Stage("node", nodes, sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs,
-                       rebalances, metrics, w.session_timeout_s, reread=app.consumer.seek)
-    job_stage = Stage("job", jobs, sink(), bus, {JOBS: tables[JOBS], CLOCKS: tables[CLOCKS]}, outputs, rebalances,
-                      metrics, w.session_timeout_s, reread=app.consumer.seek)
+    node_stage = Stage("node", nodes, Outlets(sink(), bus, {NODES: tables[NODES], CLOCKS: tables[CLOCKS]}, outputs),
+                       parts.rebalances, parts.metrics, w.session_timeout_s, reread=app.consumer.seek)
+    job_stage = Stage("job", jobs, Outlets(sink(), bus, {JOBS: tables[JOBS], CLOCKS: tables[CLOCKS]}, outputs),
+                      parts.rebalances, parts.metrics, w.session_timeout_s, reread=app.consumer.seek)
     stages = (node_stage, job_stage)
-    metrics.watch_store(lambda: sum(s.sink.failures for s in stages),
-                        lambda: max(s.sink.unavailable_s() for s in stages))
+    parts.metrics.watch_store(lambda: sum(s.sink.failures for s in stages),
+                              lambda: max(s.sink.unavailable_s() for s in stages))
+    return stages
+
+
+def _rebalances(parts: Parts) -> None:
+    app = parts.app
 
     async def revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         # Unacknowledged inputs come again from the committed offsets after any rebalance, and state
         # comes from the tables: live processors are dropped and a batch under way is abandoned.
         partitions = args[0] if args else kwargs.get("revoked", set())
-        rebalances.revoked(app.consumer_generation_id)
-        for stage in stages:
+        parts.rebalances.revoked(app.consumer_generation_id)
+        for stage in parts.stages or ():
             stage.forget()
-        metrics.forget_partitions(partitions)
-        progress.forget((tp.topic, tp.partition) for tp in partitions)
-        for tp in partitions:
-            unread.pop((tp.topic, tp.partition), None)
+        parts.watch.forget(partitions)
         log.info("rebalance: partitions revoked: %s", _names(partitions))
 
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
@@ -140,12 +166,14 @@ def make_app(settings, store, model=None) -> faust.App:
     app.on_partitions_revoked.connect(revoked)  # type: ignore[arg-type]
     app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
-    # agents
+
+def _agents(parts: Parts, topics: dict[str, faust.TopicT]) -> None:
+    app, w = parts.app, parts.settings.worker
+    assert parts.stages is not None
+    node_stage, job_stage = parts.stages
+
     async def feed(stage: Stage, stream) -> None:
-        restarts.started(stage.name)                # Faust starts an agent again after it crashed
-        if restarts.total.get(stage.name):
-            metrics.restarts.labels(stage.name).inc()
-            log.error("%s agent restarted (%d times in the last minute)", stage.name, restarts.recent(stage.name))
+        parts.watch.agent_started(stage.name)      # Faust starts an agent again after it crashed
         try:
             async for inputs in stream.noack_take(w.batch_max, within=w.batch_within_s):
                 await stage.batch(inputs, stream.ack)
@@ -153,15 +181,20 @@ def make_app(settings, store, model=None) -> faust.App:
             log.critical("%s stage: %s", stage.name, err)
             await app.crash(err)
 
-    @app.agent(topics[names["telemetry"]], name="nodes")
+    @app.agent(topics[parts.names["telemetry"]], name="nodes")
     async def node_agent(stream):
         await feed(node_stage, stream)
 
-    @app.agent(topics[names["by_job"]], name="jobs")
+    @app.agent(topics[parts.names["by_job"]], name="jobs")
     async def job_agent(stream):
         await feed(job_stage, stream)
 
-    # timers
+
+def _timers(parts: Parts) -> None:
+    app = parts.app
+    assert parts.stages is not None
+    stages = parts.stages
+
     @app.timer(interval=0.5)
     async def durable_when_due() -> None:
         for stage in stages:
@@ -169,58 +202,28 @@ def make_app(settings, store, model=None) -> faust.App:
 
     @app.timer(interval=1.0)
     async def idle_nodes() -> None:         # the node stage acts on the wall clock too (clocks.py)
-        await node_stage.poke()
+        await stages[0].poke()
 
     @app.timer(interval=5.0)
     async def partition_progress() -> None:
         """Each assigned partition's committed offset against its end, from the broker (not the consumer's
         position: a partition read to its end whose work never finishes must show its lag)."""
-        if not offsets:
-            from .kafka import OffsetReader
-            offsets.append(OffsetReader(settings.kafka.bootstrap, w.app_id))
-        held = [(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in sources]
-        try:                         # read to the end? (a node silent while its partition is, is idle: clocks.py)
-            for tp in app.consumer.assignment():
-                if tp.topic in sources:
-                    position, high = await app.consumer.position(tp), app.consumer.highwater(tp)
-                    if position is not None and high is not None:
-                        unread[(tp.topic, tp.partition)] = max(0, high - position)
-        except Exception as err:     # e.g. during a rebalance
-            log.debug("positions not read: %s", err)
-        try:
-            read = await asyncio.to_thread(offsets[0].read, held)
-        except Exception as err:     # a metric must never stop the worker (the broker down, a rebalance)
-            log.debug("committed offsets not read: %s", err)
-            return
-        now = time.monotonic()
-        for (topic, partition), (committed, end) in read.items():
-            progress.observe((topic, partition), committed, end, now)
-            labels = (topic, str(partition))
-            metrics.lag.labels(*labels).set(progress.lag((topic, partition)))
-            metrics.committed.labels(*labels).set(committed or 0)
-            waited = progress.waiting_s((topic, partition), now)
-            metrics.stuck_seconds.labels(*labels).set(waited)
-            metrics.stuck.labels(*labels).set(1 if waited >= w.stuck_after_s else 0)
+        await parts.watch.read(app.consumer, parts.sources)
 
-    # web endpoints
+
+def _pages(parts: Parts) -> None:
+    app, metrics = parts.app, parts.metrics
+    stages = parts.stages or ()
+
     @app.page("/metrics")
     async def metrics_page(web, request):
         return web.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
 
     @app.page("/health")
     async def health(web, request):
-        failing = [s.name for s in stages if s.sink.unavailable_since]
-        stuck = {f"{t}/{p}": round(s) for (t, p), s in sorted(progress.stuck(time.monotonic()).items())}
-        crashing = restarts.restarting()
-        problems = (["store unavailable"] if failing else []) + \
-            [f"{name} stuck: committed offset unmoved for {s} s while records wait" for name, s in stuck.items()] + \
-            [f"{agent} agent restarted {n} times in the last minute" for agent, n in crashing.items()]
-        status = "store unavailable" if failing else "degraded" if problems else "ok"
-        return web.json({"status": status, "problems": problems, "stuck": stuck, "restarting": crashing,
-                         "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()),
-                         "last_batch": metrics.last_batch}, status=503 if problems else 200)
-
-    return app
+        answer, status = parts.watch.health(any(s.sink.unavailable_since for s in stages))
+        held = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment())
+        return web.json({**answer, "partitions": held, "last_batch": metrics.last_batch}, status=status)
 
 
 def _names(partitions) -> str:

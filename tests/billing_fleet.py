@@ -9,7 +9,7 @@ The simulated fleet already has rentals that start and end mid-period and idle s
   drops 15 minutes of messages and counts them in ``dropped``; and here and there single messages go
   missing (a one-sample gap, always billed as estimated).
 
-The checks compute what the ledger must hold from the telemetry itself, independently of streams/metering.py:
+The checks compute what the ledger must hold from the telemetry itself, independently of streams/billing/metering.py:
 per GPU and period the rented time (the interval of every sample with a tenant) within one sample interval
 of the ledger's measured time, busy + idle = rented exactly, idle per GPU equal to the idle windows' time,
 estimated and unbilled time equal to the gaps (billed where the collector reported the loss), and each

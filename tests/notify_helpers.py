@@ -5,10 +5,10 @@ import queue
 import threading
 import time
 
-from gpufleet.contracts.events import alert
+from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.streams.notify.http import Response, Unreachable
 from gpufleet.streams.notify.outbox import Outbox
-from gpufleet.streams.notify.router import Router
+from gpufleet.streams.notify.router import Around, Router
 from gpufleet.streams.notify.routing import Routes
 from gpufleet.streams.notify.sender import RetryPolicy, Sender
 
@@ -16,10 +16,10 @@ from gpufleet.streams.notify.sender import RetryPolicy, Sender
 def make(kind="idle", target="GPU-1", status="firing", severity="warning", node="n1", gpu="GPU-1", job="j1",
          tenant="acme", pool="h100-east", started=1000.0):
     """A gpufleet.alert.v1 event (its id is stable for the same kind, target and start)."""
-    return alert(kind, target, status=status, severity=severity, node=node, gpu_uuid=gpu, job=job, tenant=tenant,
-                 pool=pool, started_at=started, detected_at=started + 600,
-                 resolved_at=started + 900 if status == "resolved" else None, score=1.0,
-                 summary=f"{kind} on {target}", evidence={"x": 1})
+    return alert(kind, target, Facts(
+        status=status, severity=severity, where=Where(node=node, gpu_uuid=gpu, job=job, tenant=tenant, pool=pool),
+        started_at=started, detected_at=started + 600, resolved_at=started + 900 if status == "resolved" else None,
+        score=1.0, told=Told(f"{kind} on {target}", {"x": 1})))
 
 
 def incident(kind="idle", target="GPU-1", **kw) -> tuple[dict, dict]:
@@ -78,10 +78,9 @@ class Rig:
             kw["clock"] = clock
         if wall is not None:
             kw["wall"] = wall
-        self.router = Router(self.routes, self.outbox, self.senders, self.results,
-                             silences=lambda: self.silence_list,
-                             firing=(lambda: firing) if firing is not None else dict,
-                             keep_pending=keep_pending, **kw)
+        self.router = Router(self.routes, self.outbox, self.senders, self.results, keep_pending=keep_pending,
+                             around=Around(silences=lambda: self.silence_list,
+                                           firing=(lambda: firing) if firing is not None else dict, **kw))
         self.acked: list = []
         if start:
             self.start()

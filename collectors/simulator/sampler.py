@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufleet.contracts.telemetry import SCHEMA
 
@@ -106,93 +108,91 @@ class Sampler:
             "mem_total_bytes": total, "power_limit_w": model.power_limit_w,
             "sm_clock_max_mhz": model.sm_clock_max_mhz, "ecc_dbe_total": 0, "xid_events": [], "processes": [],
         }
-        util, mem_util, clock_frac, throttle, cpu, disk = 0.0, 0.0, 0.25, 0, 0.0, 0.0
-        pcie_rx, pcie_tx = rng.uniform(0, 2e6), rng.uniform(0, 1e6)
-        mem_used = RESERVED * total
-        temp_extra = 0.0
-        power_frac = None
+        s = _Reading(pcie_rx=rng.uniform(0, 2e6), pcie_tx=rng.uniform(0, 1e6), mem_used=RESERVED * total)
         if alloc is not None:
-            out["tenant"], out["job"], out["attribution"] = alloc.tenant, alloc.job, "simulated"
-            faults = self._active(self.faults_on.get((n, g)), t)
-            proc = alloc.procs.get((n, g))
-            alive, pid, leak_bytes = proc is not None, proc.pid if proc else 0, 0.0
-            leak = self._last_leak(n, g, t)
-            if leak is not None and leak.alloc is alloc:
-                if t < leak.end:
-                    grown = t - leak.start
-                    stair = leak.params.get("stair_s") or 0.0
-                    if stair:                # some leaks grow in steps, each allocation kept
-                        grown = (grown // stair) * stair
-                    leak_bytes = leak.params["rate_bytes_per_s"] * grown
-                elif t < leak.end + leak.params["restart_s"]:
-                    alive = False            # killed by the out-of-memory, restarting
-                else:
-                    pid += 1                 # the restarted process
-            if alive and proc is not None:
-                age = t - alloc.start
-                warm = _clip(age / proc.warmup_s, 0.0, 1.0) if proc.warmup_s > 0 else 1.0
-                held = proc.base_bytes * (0.15 + 0.85 * warm) + sum(s for at, s in proc.steps if at <= t)
-                if alloc.kv_cache:       # a KV cache grows and shrinks with the load
-                    load = 0.25 + 0.75 * _tide(t, alloc.tide_peak_h)
-                    wave = 0.5 + 0.5 * math.sin(t / (300.0 + 37 * g))
-                    held += alloc.kv_cache * total * warm * load * (0.6 + 0.4 * wave)
-                sd, amp, period, phase = self._noise(alloc, n, g)
-                jitter = rng.gauss(0, sd * total)           # the allocator breathes
-                if amp:
-                    held += amp * total * warm * (0.5 + 0.5 * math.sin(2 * math.pi * t / period + phase))
-                pmem = _clip(held + leak_bytes + jitter, 0.0, total * (1 - RESERVED) - 1)
-                mem_used += pmem
-                out["processes"] = [{"pid": pid, "mem_used_bytes": round(pmem)}]
-            util, mem_util, clock_frac, power_frac, cpu, disk, pcie_rx, pcie_tx = self._workload(
-                alloc, n, t, alive, dt)
-            for f in faults:
-                if f.kind == "straggler" and util > 50 and self._straggling(f, t):
-                    s = f.params["slowdown"]
-                    throttle |= CAUSE_BITS[f.params["cause"]]
-                    if f.params["cause"] == "host_slow":
-                        # its host feeds it slowly: clocks are fine, it computes less of the time
-                        util *= 1 - s
-                        power_frac = (power_frac or 0.8) * (1 - 0.6 * s)
-                        continue
-                    clock_frac *= 1 - s
-                    if f.params["cause"] == "thermal":
-                        temp_extra = 18 + 10 * s
-                    elif f.params["cause"] == "power_brake":
-                        power_frac = (power_frac or 0.8) * (1 - 0.8 * s)
-                    elif f.params["cause"] == "power_cap":
-                        power_frac = 0.99
-                elif f.kind == "io_starvation" and alive:
-                    util, mem_util, power_frac, pcie_rx = self._starved(f, t, dt, util, power_frac, pcie_rx)
-                    clock_frac = max(clock_frac, 0.85)
-            for f in self.peer_faults.get(id(alloc), ()):
-                # peers wait for the straggler at every collective: less power, less busy
-                if f.start <= t < f.end and (n, g) not in f.members and util > 50 and self._straggling(f, t):
-                    s = f.params["slowdown"] * f.params.get("wait", 0.3)
-                    power_frac = (power_frac or 0.8) * (1 - 0.8 * s)
-                    util = _clip(util * (1 - s * rng.uniform(0.6, 1.0)), 0, 100)
-            for f in self.spells.get(id(alloc), ()):
-                if f.start <= t < f.end:
-                    # the whole job or service throttled alike: slower, but no GPU waits for another
-                    throttle |= CAUSE_BITS[f.params["cause"]]
-                    clock_frac *= 1 - f.params["slowdown"]
-                    if f.params["cause"] == "thermal":
-                        temp_extra = 15 + 10 * f.params["slowdown"]
-            if util > 50 and throttle == 0 and rng.random() < 0.01:
-                throttle = SW_POWER_CAP      # healthy GPUs brush the power cap now and then
-        if power_frac is None:
-            power_frac = util / 100 * 0.85
+            self._rented(out, s, alloc, _Tick(n, g, t, dt))
+        if s.power_frac is None:
+            s.power_frac = s.util / 100 * 0.85
+        power_frac = s.power_frac
         idle_w, limit = model.idle_power_w, model.power_limit_w
-        out["util_pct"] = round(_clip(util, 0, 100), 1)
-        out["mem_util_pct"] = round(_clip(mem_util, 0, 100), 1)
-        out["mem_used_bytes"] = round(min(mem_used, total))
+        out["util_pct"] = round(_clip(s.util, 0, 100), 1)
+        out["mem_util_pct"] = round(_clip(s.mem_util, 0, 100), 1)
+        out["mem_used_bytes"] = round(min(s.mem_used, total))
         out["power_w"] = round(_clip(idle_w + (limit - idle_w) * power_frac + rng.gauss(0, 3), 0, limit * 1.02), 1)
-        out["temp_c"] = round(32 + 38 * power_frac + temp_extra + rng.gauss(0, 1), 1)
-        out["sm_clock_mhz"] = round(min(model.sm_clock_max_mhz, model.sm_clock_max_mhz * clock_frac), 0)
+        out["temp_c"] = round(32 + 38 * power_frac + s.temp_extra + rng.gauss(0, 1), 1)
+        out["sm_clock_mhz"] = round(min(model.sm_clock_max_mhz, model.sm_clock_max_mhz * s.clock_frac), 0)
         blind = self.blind[n]
-        out["pcie_rx_bytes_per_s"] = None if "pcie" in blind else round(max(pcie_rx, 0.0))
-        out["pcie_tx_bytes_per_s"] = None if "pcie" in blind else round(max(pcie_tx, 0.0))
-        out["throttle_reasons"] = None if "throttle" in blind else throttle
-        return out, cpu, disk
+        out["pcie_rx_bytes_per_s"] = None if "pcie" in blind else round(max(s.pcie_rx, 0.0))
+        out["pcie_tx_bytes_per_s"] = None if "pcie" in blind else round(max(s.pcie_tx, 0.0))
+        out["throttle_reasons"] = None if "throttle" in blind else s.throttle
+        return out, s.cpu, s.disk
+
+    def _rented(self, out: dict, s: _Reading, alloc: Allocation, tick: _Tick) -> None:
+        """A rented GPU: its tenant, its process's memory, its workload, and the faults on it or its job."""
+        n, g, t, dt = tick
+        out["tenant"], out["job"], out["attribution"] = alloc.tenant, alloc.job, "simulated"
+        faults = self._active(self.faults_on.get((n, g)), t)
+        alive = self._process(out, s, alloc, tick)
+        s.util, s.mem_util, s.clock_frac, s.power_frac, s.cpu, s.disk, s.pcie_rx, s.pcie_tx = self._workload(
+            alloc, n, t, alive, dt)
+        for f in faults:
+            if f.kind == "straggler" and s.util > 50 and self._straggling(f, t):
+                _straggle(s, f)
+            elif f.kind == "io_starvation" and alive:
+                s.util, s.mem_util, s.power_frac, s.pcie_rx = self._starved(f, t, dt, s.util, s.power_frac,
+                                                                            s.pcie_rx)
+                s.clock_frac = max(s.clock_frac, 0.85)
+        for f in self.peer_faults.get(id(alloc), ()):
+            # peers wait for the straggler at every collective: less power, less busy
+            if f.start <= t < f.end and (n, g) not in f.members and s.util > 50 and self._straggling(f, t):
+                slow = f.params["slowdown"] * f.params.get("wait", 0.3)
+                s.power_frac = (s.power_frac or 0.8) * (1 - 0.8 * slow)
+                s.util = _clip(s.util * (1 - slow * self.rng.uniform(0.6, 1.0)), 0, 100)
+        for f in self.spells.get(id(alloc), ()):
+            if f.start <= t < f.end:
+                # the whole job or service throttled alike: slower, but no GPU waits for another
+                s.throttle |= CAUSE_BITS[f.params["cause"]]
+                s.clock_frac *= 1 - f.params["slowdown"]
+                if f.params["cause"] == "thermal":
+                    s.temp_extra = 15 + 10 * f.params["slowdown"]
+        if s.util > 50 and s.throttle == 0 and self.rng.random() < 0.01:
+            s.throttle = SW_POWER_CAP      # healthy GPUs brush the power cap now and then
+
+    def _process(self, out: dict, s: _Reading, alloc: Allocation, tick: _Tick) -> bool:
+        """The job's process on the GPU: its memory (warming up, a KV cache, the allocator's noise, a leak that
+        grows until the out-of-memory kill and the restart); returns whether it runs."""
+        n, g, t, _ = tick
+        total = self.fleet[n].model.mem_total_bytes
+        proc = alloc.procs.get((n, g))
+        alive, pid, leak_bytes = proc is not None, proc.pid if proc else 0, 0.0
+        leak = self._last_leak(n, g, t)
+        if leak is not None and leak.alloc is alloc:
+            if t < leak.end:
+                grown = t - leak.start
+                stair = leak.params.get("stair_s") or 0.0
+                if stair:                # some leaks grow in steps, each allocation kept
+                    grown = (grown // stair) * stair
+                leak_bytes = leak.params["rate_bytes_per_s"] * grown
+            elif t < leak.end + leak.params["restart_s"]:
+                alive = False            # killed by the out-of-memory, restarting
+            else:
+                pid += 1                 # the restarted process
+        if alive and proc is not None:
+            age = t - alloc.start
+            warm = _clip(age / proc.warmup_s, 0.0, 1.0) if proc.warmup_s > 0 else 1.0
+            held = proc.base_bytes * (0.15 + 0.85 * warm) + sum(b for at, b in proc.steps if at <= t)
+            if alloc.kv_cache:       # a KV cache grows and shrinks with the load
+                load = 0.25 + 0.75 * _tide(t, alloc.tide_peak_h)
+                wave = 0.5 + 0.5 * math.sin(t / (300.0 + 37 * g))
+                held += alloc.kv_cache * total * warm * load * (0.6 + 0.4 * wave)
+            sd, amp, period, phase = self._noise(alloc, n, g)
+            jitter = self.rng.gauss(0, sd * total)           # the allocator breathes
+            if amp:
+                held += amp * total * warm * (0.5 + 0.5 * math.sin(2 * math.pi * t / period + phase))
+            pmem = _clip(held + leak_bytes + jitter, 0.0, total * (1 - RESERVED) - 1)
+            s.mem_used += pmem
+            out["processes"] = [{"pid": pid, "mem_used_bytes": round(pmem)}]
+        return alive
 
     def _last_leak(self, n: int, g: int, t: float) -> Fault | None:
         last = None
@@ -308,3 +308,46 @@ class Sampler:
                 yield msg
             k += 1
 
+
+class _Tick(NamedTuple):
+    """Which GPU is sampled, and when: node, GPU, time, the interval since the last sample."""
+
+    n: int
+    g: int
+    t: float
+    dt: float
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What one GPU's sample reads, as the faults bend it."""
+
+    pcie_rx: float
+    pcie_tx: float
+    mem_used: float
+    util: float = 0.0
+    mem_util: float = 0.0
+    clock_frac: float = 0.25
+    throttle: int = 0
+    cpu: float = 0.0
+    disk: float = 0.0
+    temp_extra: float = 0.0
+    power_frac: float | None = None
+
+
+def _straggle(s: _Reading, f: Fault) -> None:
+    """A straggling GPU, by its cause."""
+    slow, cause = f.params["slowdown"], f.params["cause"]
+    s.throttle |= CAUSE_BITS[cause]
+    if cause == "host_slow":
+        # its host feeds it slowly: clocks are fine, it computes less of the time
+        s.util *= 1 - slow
+        s.power_frac = (s.power_frac or 0.8) * (1 - 0.6 * slow)
+        return
+    s.clock_frac *= 1 - slow
+    if cause == "thermal":
+        s.temp_extra = 18 + 10 * slow
+    elif cause == "power_brake":
+        s.power_frac = (s.power_frac or 0.8) * (1 - 0.8 * slow)
+    elif cause == "power_cap":
+        s.power_frac = 0.99

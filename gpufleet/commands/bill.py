@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from decimal import Decimal
 
 from gpufleet.errors import UsageError
+from gpufleet.summary import table
 
+from . import COMMANDS
 from .common import (
     Parser,
     Progress,
@@ -17,7 +20,7 @@ from .common import (
 
 
 def check_month(prog: str, text: str | None, flag: str = "--month") -> dt.date:
-    from gpufleet import bill
+    from gpufleet.streams.billing import invoice as bill
     if text is None:
         raise UsageError(f"{prog}: argument {flag} is required (YYYY-MM)")
     try:
@@ -32,7 +35,7 @@ def _tariff(settings):
 
 
 def cmd_bill(args) -> int:
-    from gpufleet import bill
+    from gpufleet.streams.billing import invoice as bill
     if getattr(args, "bill_command", None):
         return args.bill_fn(args)
     check_month(args.prog, args.month)
@@ -47,7 +50,7 @@ def cmd_bill(args) -> int:
     elif args.format == "csv":
         print(bill.as_csv(invoices, args.compare_modes), end="")
     else:
-        print(bill.as_table(invoices, args.compare_modes, settings.billing.underuse_pct))
+        print(invoice_text(invoices, args.compare_modes, settings.billing.underuse_pct))
     return 0
 
 
@@ -67,7 +70,7 @@ def when(prog: str, flag: str, text: str) -> dt.datetime:
 
 
 def cmd_rerate(args) -> int:
-    from gpufleet import finance
+    from gpufleet.streams.billing import finance
     start, end = when(args.prog, "--from", args.start), when(args.prog, "--to", args.end)
     if end <= start:
         raise UsageError(f"{args.prog}: argument --to: {args.end!r} is not after --from {args.start!r}")
@@ -92,7 +95,7 @@ def cmd_rerate(args) -> int:
 
 
 def cmd_close(args) -> int:
-    from gpufleet import finance
+    from gpufleet.streams.billing import finance
     month = check_month(args.prog, args.month)
     if not args.reason.strip():
         raise UsageError(f"{args.prog}: argument --reason: {args.reason!r} is empty")
@@ -114,7 +117,7 @@ def cmd_close(args) -> int:
 
 
 def cmd_capacity(args) -> int:
-    from gpufleet import bill, finance
+    from gpufleet.streams.billing import finance
     month = check_month(args.prog, args.month)
     settings = settings_of(args)
     store = readable_store(settings)
@@ -122,12 +125,12 @@ def cmd_capacity(args) -> int:
         rows = finance.capacity(store, _tariff(settings), month, args.pool)
     finally:
         store.close()
-    print(bill.capacity_text(rows, month, settings.billing.currency, args.format, args.hourly), end="")
+    print(capacity_text(rows, month, settings.billing.currency, args.format, args.hourly), end="")
     return 0
 
 
 def cmd_export(args) -> int:
-    from gpufleet import focus
+    from gpufleet.streams.billing import focus
     month = check_month(args.prog, args.month)
     settings = settings_of(args)
     store = readable_store(settings)
@@ -143,8 +146,90 @@ def cmd_export(args) -> int:
     return 0
 
 
+# -- text output ----------------------------------------------------------------------------------------------
+def invoice_text(bill: dict, compare_modes: bool = False, underuse_pct: float = 60.0) -> str:
+    """The invoices as text tables, one per tenant and currency."""
+    from gpufleet.streams.billing.invoice import LINE_COLUMNS, _cents, _money
+    if not bill["invoices"]:
+        return f"no billing records for {bill['month']}"
+    parts = []
+    for inv in bill["invoices"]:
+        cur = inv["currency"]
+        rows = [tuple(_cents(line[c]) if c in ("idle_amount", "amount") else line[c] for c in LINE_COLUMNS)
+                for line in inv["lines"]]
+        t = inv["total"]
+        rows.append(("total", "", None, t["rented_hours"], t["busy_hours"], t["idle_hours"], _cents(t["idle_amount"]),
+                     t["estimated_hours"], _cents(t["amount"])))
+        text = [f"{inv['tenant']}: {bill['month']}, {cur}",
+                table(["pool", "GPU model", "GPUs", "rented h", "busy h", "idle h", "idle cost", "estimated h",
+                       "amount"], rows) if inv["lines"] else "no usage this month"]
+        waste = []
+        low = inv["waste"]["low_utilization"]
+        if low:
+            waste.append(f"  underused (busy below {underuse_pct:g} % utilization in a billing period): "
+                         f"{low['rentals']} rentals, {low['busy_hours']} busy hours; the unused share paid by the "
+                         f"tenant {_money(low['unused_amount'])} {cur}")
+            if Decimal(low["unsold_amount"]):
+                waste.append(f"  not paid by the tenant (billed by use), the provider's unsold capacity: "
+                             f"{_money(low['unsold_amount'])} {cur}")
+        for job in inv["waste"]["overprovisioned"]:
+            waste.append(f"  over-provisioned: job {job['job']} left {job['idle_gpus']} of its {job['gpus']} GPUs "
+                         f"idle, {job['idle_gpu_hours']} GPU-hours, {_money(job['idle_gpu_amount'])} {cur}")
+        if inv["lines"]:
+            text.append("waste beyond idle:\n" + ("\n".join(waste) if waste else "  none"))
+        if inv["commitments"]:
+            text.append("commitments (billed whether used or not):\n" + table(
+                ["commitment", "pool", "GPUs", "committed h", "used h", "billed", "amortized", "unused",
+                 "usage covered"],
+                [(c["commitment"], c["pool"], c["gpus"], c["committed_hours"], c["used_hours"],
+                  _cents(c["billed_amount"]), _cents(c["amortized_amount"]), _cents(c["unused_amount"]),
+                  _cents(c["covered_amount"])) for c in inv["commitments"]]))
+        if inv["adjustments"]:
+            text.append("adjustments to closed months:\n" + table(
+                ["month of use", "kind", "rows", "amount"],
+                [(a["usage_month"], a["kind"], a["rows"], _cents(a["amount"])) for a in inv["adjustments"]]))
+        due = inv["due"]
+        if inv["commitments"] or inv["adjustments"]:
+            text.append(f"due: usage {_money(due['usage'])} - covered by commitments "
+                        f"{_money(-due['covered_by_commitments'])} + commitments {_money(due['commitments'])} + "
+                        f"adjustments {_money(due['adjustments'])} = {_money(due['total'])} {cur}")
+        else:
+            text.append(f"due: {_money(due['total'])} {cur}")
+        if compare_modes:
+            modes = inv.get("modes", [])
+            text.append("in each billing mode:\n" + (table(
+                ["mode", "amount", "billed", "difference", "saving", "priced h", "rented h", ""],
+                [(m["mode"], _cents(m["amount"]), _cents(m["billed_amount"]), _cents(m["difference"]),
+                  "" if m["saving"] is None else _cents(m["saving"]), m["priced_hours"], m["rented_hours"],
+                  "cheapest" if m["cheapest"] else "") for m in modes])
+                if modes else "  (no modes priced)"))
+            text.extend(f"  {m['mode']}: {m['detail']}" for m in modes if m.get("detail"))
+        parts.append("\n".join(text))
+    return "\n\n".join(parts)
+
+
+
+def capacity_text(rows: list[dict], month: dt.date, currency: str, fmt: str, hourly: bool) -> str:
+    """``bill capacity``: per pool and day (or hour), installed, rented and unsold GPU-hours and the unsold ones
+    at list price, with each pool's month."""
+    from gpufleet.streams.billing import invoice as bill
+    lines, pools = bill.capacity_lines(rows, hourly)
+    if fmt == "json":
+        return bill.capacity_json(lines, pools, month, currency)
+    if fmt == "csv":
+        return bill.capacity_csv(lines, currency)
+    if not lines:
+        return f"no telemetry for {month:%Y-%m}\n"
+    head = ["pool", "hour" if hourly else "day", "GPUs", "installed GPU-h", "rented GPU-h", "unsold GPU-h",
+            f"unsold at list, {currency}"]
+    body = [tuple(g[c] for c in bill.CAPACITY_COLUMNS) for g in lines]
+    body += [tuple({**p, "when": f"{month:%Y-%m}"}[c] for c in bill.CAPACITY_COLUMNS) for p in pools]
+    return (f"unsold capacity, {month:%Y-%m} (installed: GPUs reporting telemetry; unsold: installed less "
+            "rented, priced at the pool's on-demand list price)\n" + table(head, body) + "\n")
+
+
 def add_bill(sub) -> None:
-    s = sub.add_parser("bill", help="a month's invoice-like summary per tenant; rerate, close, capacity, export",
+    s = sub.add_parser("bill", help=COMMANDS["bill"].summary,
                        description="Print, per tenant, a month's billing from the ledger: a line per pool and GPU "
                                    "model with rented, busy and idle hours, the idle time's cost, hours billed "
                                    "across telemetry gaps and the amount; the total; waste beyond idle (rentals "

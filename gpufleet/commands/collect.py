@@ -8,6 +8,8 @@ from gpufleet.collectors.nvml_standin import PROFILES
 from gpufleet.errors import UsageError
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
+
 
 def cmd_collect(args) -> int:
     from gpufleet.collectors import daemon
@@ -63,7 +65,7 @@ def _collect_check(reader) -> int:
 
 
 def add_collect(sub) -> None:
-    s = sub.add_parser("collect", help="sample this node's GPUs and host, publish to Kafka (the node collector)",
+    s = sub.add_parser("collect", help=COMMANDS["collect"].summary,
                        description="Sample every GPU (or MIG instance) through NVML and the host through /proc "
                                    "every interval, attribute GPUs to tenants and jobs, and publish one "
                                    "gpufleet.telemetry.v1 message per tick to Kafka (key = node). Messages go "

@@ -1,6 +1,7 @@
 """``gpufleet db migrate|status``: the store's schema."""
 from __future__ import annotations
 
+from . import COMMANDS
 from .common import (
     Parser,
     readable_store,
@@ -38,7 +39,7 @@ def cmd_db(args) -> int:
 
 
 def add_db(sub) -> None:
-    s = sub.add_parser("db", help="manage the store's schema", description="Manage the store's schema.")
+    s = sub.add_parser("db", help=COMMANDS["db"].summary, description="Manage the store's schema.")
     dbsub = s.add_subparsers(dest="db_command", metavar="ACTION", parser_class=Parser)
     dbsub.required = True
     m = dbsub.add_parser("migrate", help="apply pending migrations (idempotent)",

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .common import fleet_options, settings_of, spec_of, store_options, tee, writable_store
+from . import COMMANDS
+from .common import Progress, fleet_options, settings_of, spec_of, store_options, tee, writable_store
 from .embedded import notifier_of, print_run, run_embedded
 from .notify import finish
 
@@ -32,8 +33,8 @@ def cmd_demo(args) -> int:
     events_path = os.path.join(args.save, "events.jsonl") if args.save else None
     try:
         notifier = notifier_of(args, settings, store)
-        result = run_embedded(settings, dict_source(messages), spec.messages_total, "pipeline", events_path,
-                               None, store, notifier)
+        result = run_embedded(settings, dict_source(messages), Progress("pipeline", spec.messages_total),
+                              events_path, None, store, notifier)
         print_run(result, events_path, None)
         if notifier is not None:
             finish(notifier)
@@ -50,7 +51,7 @@ def cmd_demo(args) -> int:
 
 
 def add_demo(sub) -> None:
-    s = sub.add_parser("demo", help="simulate a fleet, run it through the embedded pipeline, print a summary",
+    s = sub.add_parser("demo", help=COMMANDS["demo"].summary,
                        description="Simulate a fleet, run its telemetry through the embedded pipeline into "
                                    "ClickHouse (in-process), then print a fleet summary read back with SQL.")
     fleet_options(s, start_default=None)

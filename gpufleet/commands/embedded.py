@@ -15,8 +15,8 @@ from .forecast import embedded_forecasts
 from .notify import local_notifier
 
 
-def run_embedded(settings: Settings, source, total, label: str, events_path=None, dead_path=None,
-                  store=None, notifier=None):
+def run_embedded(settings: Settings, source, progress: Progress, events_path=None, dead_path=None, store=None,
+                 notifier=None):
     from gpufleet.streams import embedded
     from gpufleet.streams.pipeline import Pipeline
     from gpufleet.streams.sink import Sink
@@ -26,7 +26,6 @@ def run_embedded(settings: Settings, source, total, label: str, events_path=None
     events, dead = embedded.JsonLines(events_path), embedded.JsonLines(dead_path)
     if notifier is not None:
         events = notifier.tap(events)
-    progress = Progress(label, total)
     started = time.monotonic()
     forecasts = None
     try:

@@ -12,11 +12,13 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import UsageError
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     Parser,
     kafka_overrides,
@@ -131,7 +133,7 @@ def backtest_command(args) -> int:
     rentals = read_rentals_arg(args)
     log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
     started = time.monotonic()
-    bt = backtest.run(series, horizon_s, test_from, every_s=every_s, refit_every_s=refit_s, progress=log,
+    bt = backtest.run(series, horizon_s, test_from, backtest.Schedule(every_s, refit_s), progress=log,
                       rentals=rentals)
     seconds = time.monotonic() - started
     rep = bt.report()
@@ -221,7 +223,6 @@ def simulate_command(args) -> int:
     import numpy as np
 
     from gpufleet.models import backtest, scaling
-    from gpufleet.summary import table
 
     policy = read_policy(args.policy, args.pool)
     series = read_series(args)
@@ -239,7 +240,7 @@ def simulate_command(args) -> int:
     horizon = int(round(2 * DAY / series.step_s))
     log = (lambda text: print(text, file=sys.stderr)) if not args.json else None
     started = time.monotonic()
-    r = backtest.rolling(series, start, horizon, every_s=every_s, refit_every_s=refit_s, progress=log,
+    r = backtest.rolling(series, start, horizon, backtest.Schedule(every_s, refit_s), progress=log,
                          rentals=rentals)
 
     def forecast_at(i: int):
@@ -254,50 +255,79 @@ def simulate_command(args) -> int:
                 scaling.simulate("reactive policy", demand, start, bounded, series.step_s, None, decide_every),
                 scaling.static_peak(demand[start:], bounded, series.step_s, capacity),
                 scaling.oracle(demand[start:], bounded, series.step_s, capacity)]
-    seconds = time.monotonic() - started
-    ours, reactive, static, best = outcomes
-    limit = reactive.provisioned_gpu_h * (1 + GOAL_GPU_HOURS_VS_REACTIVE_PCT / 100)
-    more = 100 * (ours.provisioned_gpu_h / reactive.provisioned_gpu_h - 1) if reactive.provisioned_gpu_h else 0.0
-    goals = [("provisions fewer GPU-hours than static peak capacity",
-              ours.provisioned_gpu_h < static.provisioned_gpu_h,
-              f"{ours.provisioned_gpu_h:,.0f} vs {static.provisioned_gpu_h:,.0f}"),
-             ("shortfall no worse than the reactive policy (GPU-hours and times)",
-              ours.shortfall_gpu_h <= reactive.shortfall_gpu_h + 1e-9 and
-              ours.shortfall_count <= reactive.shortfall_count,
-              f"{ours.shortfall_gpu_h:,.1f} GPU-h in {ours.shortfall_count} times vs "
-              f"{reactive.shortfall_gpu_h:,.1f} GPU-h in {reactive.shortfall_count} times"),
-             (f"provisions at most {GOAL_GPU_HOURS_VS_REACTIVE_PCT:g}% more GPU-hours than the reactive policy",
-              ours.provisioned_gpu_h <= limit + 1e-9,
-              f"{ours.provisioned_gpu_h:,.0f} vs {reactive.provisioned_gpu_h:,.0f} ({more:+.1f}%)")]
     where = ("--capacity" if args.capacity is not None else "the policy's capacity_gpus"
              if policy.capacity_gpus is not None else "the series' peak")
-    if args.json:
-        print(json.dumps({"policy": bounded.model_dump(), "series": args.series, "from": test_from,
-                          "steps": len(series) - start, "step_s": series.step_s, "every_s": every_s,
-                          "capacity_gpus": capacity, "capacity_from": where,
-                          "rentals": None if rentals is None else {"file": args.rentals, "rentals": len(rentals)},
-                          "outcomes": {o.name: o.to_dict() for o in outcomes},
-                          "goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in goals],
-                          "seconds": round(seconds, 1)}, indent=1))
-        return 0
-    print(_describe_series(args, series))
-    p = policy
-    fh = "" if p.forecast_headroom_pct is None else f" ({p.forecast_headroom_pct:g}% over the forecast's p90)"
-    print(f"policy: headroom {p.headroom_pct:g}%{fh}, min {p.min_gpus}, max {p.max_gpus or 'none'}, "
-          f"step {p.step_gpus}, cooldown {_label(p.cooldown_s)}, lead time {_label(p.lead_time_s)}, scale-in once "
-          f"the forecast and the demand of the last {_label(p.scale_in_after_s)} agree")
-    print(f"pool: {capacity:,} GPUs ({where}); no policy goes above it, and demand beyond it is a shortfall of all")
-    print(f"replayed from {_iso(test_from)} UTC ({len(series) - start:,} steps); decisions and forecasts every "
-          f"{_label(every_s)}, the forecaster refitted every {_label(refit_s)} on the history before"
-          f"{'' if rentals is None else f', with {len(rentals):,} rentals'} ({seconds:.0f} s)")
-    print(table(["policy", "GPU_hours", "idle_GPU_hours", "shortfall_GPU_hours", "shortfall_times", "changes",
-                 "peak_GPUs"],
-                [(o.name, round(o.provisioned_gpu_h, 1), round(o.idle_gpu_h, 1), round(o.shortfall_gpu_h, 1),
-                  o.shortfall_count, o.changes, o.peak_capacity) for o in outcomes]))
-    print("oracle: perfect foresight, exactly the demand at every step (in whole steps of the policy), within the "
-          "pool: the least any policy could provision")
-    print("\ngoals\n" + table(["goal", "met", "value"], [(g, "yes" if ok else "NO", v) for g, ok, v in goals]))
+    run = _Simulated(policy, bounded, series, start, test_from, every_s, refit_s, rentals, capacity, where, outcomes,
+                     time.monotonic() - started)
+    print(_simulated_json(args, run) if args.json else _simulated_text(args, run))
     return 0
+
+
+@dataclass(frozen=True)
+class _Simulated:
+    """What ``scale simulate`` ran and found."""
+
+    policy: Any
+    bounded: Any                  # the policy with the pool's capacity
+    series: Any
+    start: int                    # the first step replayed
+    test_from: float
+    every_s: float
+    refit_s: float
+    rentals: Any
+    capacity: int
+    capacity_from: str
+    outcomes: list
+    seconds: float
+
+    def goals(self) -> list[tuple[str, bool, str]]:
+        ours, reactive, static, _ = self.outcomes
+        limit = reactive.provisioned_gpu_h * (1 + GOAL_GPU_HOURS_VS_REACTIVE_PCT / 100)
+        more = 100 * (ours.provisioned_gpu_h / reactive.provisioned_gpu_h - 1) if reactive.provisioned_gpu_h else 0.0
+        return [("provisions fewer GPU-hours than static peak capacity",
+                 ours.provisioned_gpu_h < static.provisioned_gpu_h,
+                 f"{ours.provisioned_gpu_h:,.0f} vs {static.provisioned_gpu_h:,.0f}"),
+                ("shortfall no worse than the reactive policy (GPU-hours and times)",
+                 ours.shortfall_gpu_h <= reactive.shortfall_gpu_h + 1e-9 and
+                 ours.shortfall_count <= reactive.shortfall_count,
+                 f"{ours.shortfall_gpu_h:,.1f} GPU-h in {ours.shortfall_count} times vs "
+                 f"{reactive.shortfall_gpu_h:,.1f} GPU-h in {reactive.shortfall_count} times"),
+                (f"provisions at most {GOAL_GPU_HOURS_VS_REACTIVE_PCT:g}% more GPU-hours than the reactive policy",
+                 ours.provisioned_gpu_h <= limit + 1e-9,
+                 f"{ours.provisioned_gpu_h:,.0f} vs {reactive.provisioned_gpu_h:,.0f} ({more:+.1f}%)")]
+
+
+def _simulated_json(args, run: _Simulated) -> str:
+    return json.dumps({"policy": run.bounded.model_dump(), "series": args.series, "from": run.test_from,
+                       "steps": len(run.series) - run.start, "step_s": run.series.step_s, "every_s": run.every_s,
+                       "capacity_gpus": run.capacity, "capacity_from": run.capacity_from,
+                       "rentals": None if run.rentals is None else {"file": args.rentals, "rentals": len(run.rentals)},
+                       "outcomes": {o.name: o.to_dict() for o in run.outcomes},
+                       "goals": [{"goal": g, "met": ok, "value": v} for g, ok, v in run.goals()],
+                       "seconds": round(run.seconds, 1)}, indent=1)
+
+
+def _simulated_text(args, run: _Simulated) -> str:
+    from gpufleet.summary import table
+    p, rentals = run.policy, run.rentals
+    fh = "" if p.forecast_headroom_pct is None else f" ({p.forecast_headroom_pct:g}% over the forecast's p90)"
+    return "\n".join([
+        _describe_series(args, run.series),
+        f"policy: headroom {p.headroom_pct:g}%{fh}, min {p.min_gpus}, max {p.max_gpus or 'none'}, "
+        f"step {p.step_gpus}, cooldown {_label(p.cooldown_s)}, lead time {_label(p.lead_time_s)}, scale-in once "
+        f"the forecast and the demand of the last {_label(p.scale_in_after_s)} agree",
+        f"pool: {run.capacity:,} GPUs ({run.capacity_from}); no policy goes above it, and demand beyond it is a "
+        "shortfall of all",
+        f"replayed from {_iso(run.test_from)} UTC ({len(run.series) - run.start:,} steps); decisions and forecasts "
+        f"every {_label(run.every_s)}, the forecaster refitted every {_label(run.refit_s)} on the history before"
+        f"{'' if rentals is None else f', with {len(rentals):,} rentals'} ({run.seconds:.0f} s)",
+        table(["policy", "GPU_hours", "idle_GPU_hours", "shortfall_GPU_hours", "shortfall_times", "changes",
+               "peak_GPUs"],
+              [(o.name, round(o.provisioned_gpu_h, 1), round(o.idle_gpu_h, 1), round(o.shortfall_gpu_h, 1),
+                o.shortfall_count, o.changes, o.peak_capacity) for o in run.outcomes]),
+        "oracle: perfect foresight, exactly the demand at every step (in whole steps of the policy), within the "
+        "pool: the least any policy could provision",
+        "\ngoals\n" + table(["goal", "met", "value"], [(g, "yes" if ok else "NO", v) for g, ok, v in run.goals()])])
 
 
 # -- forecast run, and the same at the end of replay and demo ------------------------------------
@@ -352,8 +382,9 @@ def serve_command(args, settings, store) -> int:
     from gpufleet.view import routes as view
     router = web.Router()
     registry = feed.mount(router, store)
-    view.mount(router, store, settings.serve, settings.billing.currency, registry, settings.stream.silent_after_s,
-               settings.billing.underuse_pct, settings.billing.default_price_note())
+    view.mount(router, store, view.ViewConfig(settings.serve, settings.billing.currency, settings.stream.silent_after_s,
+                                              settings.billing.underuse_pct, settings.billing.default_price_note()),
+               registry)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -410,7 +441,7 @@ def _rentals_option(m) -> None:
 
 
 def add_forecast(sub) -> None:
-    s = sub.add_parser("forecast", help="demand forecasts: backtest on a series, or make them from the store",
+    s = sub.add_parser("forecast", help=COMMANDS["forecast"].summary,
                        description="Forecast each pool's demand 48 hours ahead with a p10-p90 band: backtest the "
                                    "forecaster on any demand series against naive baselines, or run the forecast "
                                    "process that makes forecasts and scale decisions from the store.")
@@ -440,7 +471,7 @@ def add_forecast(sub) -> None:
 
 
 def add_scale(sub) -> None:
-    s = sub.add_parser("scale", help="replay a demand series through a scale policy",
+    s = sub.add_parser("scale", help=COMMANDS["scale"].summary,
                        description="Scale policies: replay a demand series through one.")
     ssub = s.add_subparsers(dest="scale_command", metavar="ACTION", parser_class=Parser)
     ssub.required = True

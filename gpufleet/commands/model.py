@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from gpufleet.collectors.simulator import DEFAULT_START
 from gpufleet.errors import UsageError
 
+from . import COMMANDS
+
 if TYPE_CHECKING:           # the heavy parts (numpy, scikit-learn, the pipeline) load when a command runs
     from gpufleet.collectors.simulator import FleetSpec
     from gpufleet.models.artifact import Model
@@ -228,7 +230,7 @@ def cmd_model(args) -> int:
 
 
 def add_model(sub) -> None:
-    s = sub.add_parser("model", help="train and evaluate the anomaly detectors",
+    s = sub.add_parser("model", help=COMMANDS["model"].summary,
                        description="Train the detectors (stragglers, IO starvation, memory leaks) on simulated "
                                    "fleets with ground truth, or evaluate a model against labelled telemetry, side "
                                    "by side with a threshold baseline and an isolation forest.")

@@ -8,6 +8,7 @@ import sys
 from gpufleet.errors import UsageError
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     Parser,
     kafka_overrides,
@@ -210,7 +211,7 @@ def cmd_silence(args) -> int:
 
 
 def add_notify(sub) -> None:
-    s = sub.add_parser("notify", help="deliver alerts to Slack, PagerDuty, Alertmanager and webhooks (the router)",
+    s = sub.add_parser("notify", help=COMMANDS["notify"].summary,
                        description="Read the alert topic as a consumer group and deliver each alert as the routing "
                                    "file says: routed, grouped, silenced, inhibited, rate-limited, retried, told once "
                                    "per (incident, status, receiver) across restarts. An alert's offset is committed "
@@ -246,7 +247,7 @@ def add_notify(sub) -> None:
 
 
 def add_silence(sub) -> None:
-    s = sub.add_parser("silence", help="mute alerts for a while: add, list, expire",
+    s = sub.add_parser("silence", help=COMMANDS["silence"].summary,
                        description="Silences mute the alerts they match (recorded as silenced, not sent) from now "
                                    "for a duration. They live in the store, so every router applies them.")
     ssub = s.add_subparsers(dest="silence_command", metavar="ACTION", parser_class=Parser)

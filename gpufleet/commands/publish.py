@@ -7,6 +7,7 @@ import time
 from gpufleet.errors import UsageError
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     Progress,
     kafka_overrides,
@@ -103,7 +104,7 @@ class LineCheck:
 
 
 def add_publish(sub) -> None:
-    s = sub.add_parser("publish", help="send a recorded telemetry file to the Kafka telemetry topic",
+    s = sub.add_parser("publish", help=COMMANDS["publish"].summary,
                        description="Produce every line of a telemetry JSONL file to the telemetry topic, keyed by "
                                    "node, for the workers to process (a replay in the distributed mode). Each line "
                                    "is checked first: a line that is not valid telemetry is not sent but reported "

@@ -5,7 +5,8 @@ import sys
 
 from gpufleet.errors import UsageError
 
-from .common import settings_of, store_options, writable_store
+from . import COMMANDS
+from .common import Progress, settings_of, store_options, writable_store
 from .embedded import notifier_of, print_run, run_embedded, show_dead
 from .notify import finish
 
@@ -21,7 +22,7 @@ def cmd_replay(args) -> int:
     source = file_source(args.file)
     try:
         notifier = notifier_of(args, settings, store)
-        result = run_embedded(settings, source, None, "replay", args.events, args.dead_letters, store, notifier)
+        result = run_embedded(settings, source, Progress("replay"), args.events, args.dead_letters, store, notifier)
         print_run(result, args.events, args.dead_letters)
         if notifier is not None:
             finish(notifier)
@@ -38,7 +39,7 @@ def cmd_replay(args) -> int:
 
 
 def add_replay(sub) -> None:
-    s = sub.add_parser("replay", help="run the embedded pipeline over a recorded telemetry file",
+    s = sub.add_parser("replay", help=COMMANDS["replay"].summary,
                        description="Run the embedded pipeline over a file of telemetry messages (JSONL, .gz "
                                    "too; any order within the allowed lateness), store the results and write "
                                    "every event it emits. Bad lines are dead-lettered and counted, never fatal.")

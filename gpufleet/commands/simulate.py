@@ -5,6 +5,7 @@ import json
 
 from gpufleet.collectors.simulator import DEFAULT_START
 
+from . import COMMANDS
 from .common import (
     Progress,
     fleet_options,
@@ -38,7 +39,7 @@ def cmd_simulate(args) -> int:
 
 
 def add_simulate(sub) -> None:
-    s = sub.add_parser("simulate", help="write a simulated fleet's telemetry and ground-truth labels",
+    s = sub.add_parser("simulate", help=COMMANDS["simulate"].summary,
                        description="Write a simulated fleet's telemetry (one gpufleet.telemetry.v1 message a "
                                    "line) and its ground-truth labels (one injected fault a line).")
     fleet_options(s, start_default=DEFAULT_START)

@@ -11,6 +11,7 @@ import datetime as dt
 import math
 from decimal import Decimal
 
+from . import COMMANDS
 from .common import (
     readable_store,
     settings_of,
@@ -112,7 +113,7 @@ def cmd_sql(args) -> int:
 
 
 def add_sql(sub) -> None:
-    s = sub.add_parser("sql", help="run one SQL query against the store and print the result",
+    s = sub.add_parser("sql", help=COMMANDS["sql"].summary,
                        description="Run one SQL query against the store (embedded or server) and print the "
                                    "result as a table with a header and a row count, e.g. gpufleet sql "
                                    "'SELECT * FROM pool_usage_1m LIMIT 5'. Decimals print exactly, floats to the "

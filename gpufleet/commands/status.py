@@ -7,6 +7,7 @@ import time
 from gpufleet.errors import UsageError
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     kafka_overrides,
 )
@@ -47,7 +48,7 @@ def cmd_status(args) -> int:
 
 
 def add_status(sub) -> None:
-    s = sub.add_parser("status", help="how far the workers have got: committed offsets against the topics' ends",
+    s = sub.add_parser("status", help=COMMANDS["status"].summary,
                        description="For the workers' consumer group (worker.app_id), each partition of the "
                                    "telemetry and by-job topics: the offset committed, the end, and the lag. "
                                    "Zero lag everywhere means everything published has been processed and is "

@@ -1,6 +1,7 @@
 """``gpufleet summary``: the fleet summary from the store."""
 from __future__ import annotations
 
+from . import COMMANDS
 from .common import (
     readable_store,
     settings_of,
@@ -19,7 +20,7 @@ def cmd_summary(args) -> int:
 
 
 def add_summary(sub) -> None:
-    s = sub.add_parser("summary", help="print the fleet summary from the store",
+    s = sub.add_parser("summary", help=COMMANDS["summary"].summary,
                        description="Print the fleet summary (utilization by pool and tenant, idle GPU-hours, "
                                    "longest idle windows, alerts) read from the store with SQL.")
     store_options(s)

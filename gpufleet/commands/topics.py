@@ -5,6 +5,7 @@ import sys
 
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     kafka_overrides,
 )
@@ -30,7 +31,7 @@ def cmd_topics(args) -> int:
 
 
 def add_topics(sub) -> None:
-    s = sub.add_parser("topics", help="create the Kafka topics gpufleet uses (idempotent)",
+    s = sub.add_parser("topics", help=COMMANDS["topics"].summary,
                        description="Create the telemetry, dead-letter, alert, billing and internal topics with their "
                                    "partition counts, or check that existing ones have them.")
     s.add_argument("--bootstrap", help="Kafka bootstrap servers (setting kafka.bootstrap)")

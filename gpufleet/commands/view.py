@@ -9,6 +9,7 @@ import tempfile
 from gpufleet.errors import UsageError
 from gpufleet.settings import Settings, load_settings
 
+from . import COMMANDS
 from .common import (
     readable_store,
     store_options,
@@ -180,7 +181,7 @@ def cmd_top(args) -> int:
 
 
 def add_serve(sub) -> None:
-    s = sub.add_parser("serve", help="the HTTP service: the fleet page, its JSON, the forecast feed, /metrics",
+    s = sub.add_parser("serve", help=COMMANDS["serve"].summary,
                        description="Serve from the store over HTTP: the fleet page (GET /), incident pages "
                                    "(/incident?id=), the JSON behind every chart (/v1/fleet/...), the forecast "
                                    "feed (GET /v1/forecast?pool=P, GET /v1/scale?pool=P: the value for KEDA's "
@@ -193,7 +194,7 @@ def add_serve(sub) -> None:
 
 
 def add_report(sub) -> None:
-    s = sub.add_parser("report", help="one self-contained HTML file with the fleet page's charts for a period",
+    s = sub.add_parser("report", help=COMMANDS["report"].summary,
                        description="Write the operator's view of a period as one HTML file that opens without "
                                    "network: utilization by node and GPU, incidents, utilization and idle cost by "
                                    "pool and tenant, demand with forecasts and scale decisions, billing. With "
@@ -209,7 +210,7 @@ def add_report(sub) -> None:
 
 
 def add_top(sub) -> None:
-    s = sub.add_parser("top", help="the fleet live in the terminal: pools, idlest rented GPUs, alerts firing",
+    s = sub.add_parser("top", help=COMMANDS["top"].summary,
                        description="A live terminal view of the fleet (like nvtop, for a fleet): pools with "
                                    "utilization bars, the idlest rented GPUs with what they cost so far, the alerts "
                                    "firing; redrawn in place. Keys: q quits, r reads now. Reads only.")

@@ -5,6 +5,7 @@ import sys
 
 from gpufleet.settings import load_settings
 
+from . import COMMANDS
 from .common import (
     kafka_overrides,
     load_model,
@@ -39,7 +40,7 @@ def cmd_worker(args) -> int:
 
 
 def add_worker(sub) -> None:
-    s = sub.add_parser("worker", help="run the stream processors on Kafka (the distributed mode)",
+    s = sub.add_parser("worker", help=COMMANDS["worker"].summary,
                        description="Run the stream processors as a faust-streaming worker: consume the telemetry "
                                    "topic, validate (bad messages to the dead-letter topic), compute rollups, idle "
                                    "windows and alerts with state in Faust tables, and write to ClickHouse. Start "

@@ -7,6 +7,7 @@ the pydantic models here define and check the contract (tests, consumers).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -147,17 +148,49 @@ def alert_id(dedup_key: str, started_at: float) -> str:
     return hashlib.blake2b(f"{dedup_key}@{started_at:.3f}".encode(), digest_size=12).hexdigest()
 
 
-def alert(kind: str, target: str, *, status: str, severity: str, node: str | None, gpu_uuid: str | None,
-          job: str | None, tenant: str | None, pool: str | None, started_at: float, detected_at: float,
-          resolved_at: float | None, score: float, summary: str, evidence: dict) -> dict:
+@dataclass(frozen=True)
+class Where:
+    """What an alert names (None where it names none): its node, GPU, job, tenant and pool."""
+
+    node: str | None = None
+    gpu_uuid: str | None = None
+    job: str | None = None
+    tenant: str | None = None
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class Told:
+    """What an alert says: one human sentence and the numbers behind it."""
+
+    summary: str
+    evidence: dict
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything an alert event carries beside its kind and target."""
+
+    status: str                      # firing, resolved
+    severity: str                    # info, warning, critical
+    where: Where
+    started_at: float
+    detected_at: float
+    resolved_at: float | None
+    score: float
+    told: Told
+
+
+def alert(kind: str, target: str, facts: Facts) -> dict:
     """A ``gpufleet.alert.v1`` event as a dict; ``target`` is the GPU uuid, node or job."""
-    key = f"{kind}:{target}"
+    key, f, w = f"{kind}:{target}", facts, facts.where
     return {
-        "schema": ALERT_SCHEMA, "id": alert_id(key, started_at), "dedup_key": key, "kind": kind,
-        "status": status, "severity": severity, "node": node, "gpu_uuid": gpu_uuid, "job": job,
-        "tenant": tenant, "pool": pool, "started_at": round(started_at, 3), "detected_at": round(detected_at, 3),
-        "resolved_at": None if resolved_at is None else round(resolved_at, 3), "score": round(score, 4),
-        "summary": summary, "evidence": evidence,
+        "schema": ALERT_SCHEMA, "id": alert_id(key, f.started_at), "dedup_key": key, "kind": kind,
+        "status": f.status, "severity": f.severity, "node": w.node, "gpu_uuid": w.gpu_uuid, "job": w.job,
+        "tenant": w.tenant, "pool": w.pool, "started_at": round(f.started_at, 3),
+        "detected_at": round(f.detected_at, 3),
+        "resolved_at": None if f.resolved_at is None else round(f.resolved_at, 3), "score": round(f.score, 4),
+        "summary": f.told.summary, "evidence": f.told.evidence,
     }
 
 

@@ -6,22 +6,12 @@ import logging
 import os
 import traceback
 from collections import Counter
-from dataclasses import dataclass
 
 from .events import dead_letter
+from .tables import Table
 
 log = logging.getLogger("gpufleet.stream")
 _TOLD: set[str] = set()         # where internal errors were logged with their traceback (each place once)
-
-
-@dataclass(frozen=True)
-class Table:
-    """A store table the stream writes: its name, its columns in row order, and whether the sink
-    must drop rows whose key is already stored (tables that feed materialized views)."""
-
-    name: str
-    columns: tuple[str, ...]
-    dedup: bool = True
 
 
 class Output:

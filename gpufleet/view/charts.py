@@ -12,7 +12,7 @@ import functools
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.view import png
@@ -125,10 +125,9 @@ class Svg:
     def add(self, part: str) -> None:
         self.parts.append(part)
 
-    def text(self, x: float, y: float, text, anchor: str = "start", size: int = 11, fill: str = INK,
-             weight: str = "normal", extra: str = "") -> None:
+    def text(self, x: float, y: float, text, anchor: str = "start", size: int = 11, fill: str = INK) -> None:
         self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}" '
-                 f'font-weight="{weight}"{extra}>{esc(text)}</text>')
+                 f'font-weight="normal">{esc(text)}</text>')
 
     def line(self, x1, y1, x2, y2, stroke=GRID, width: float = 1, dash: str | None = None) -> None:
         d = f' stroke-dasharray="{dash}"' if dash else ""
@@ -159,8 +158,9 @@ class Svg:
                 f'font-family="{esc(FONT)}"{extra}>' + "".join(self.parts) + "</svg>")
 
 
-def _time_axis(svg: Svg, t0: float, t1: float, x0: float, x1: float, y_top: float, y_bottom: float,
-               grid: bool = True) -> None:
+def _time_axis(svg: Svg, t0: float, t1: float, box: tuple[float, float, float, float], grid: bool = True) -> None:
+    """Time ticks from ``t0`` to ``t1`` under the plot ``box`` (x0, y_top, x1, y_bottom), grid lines if asked."""
+    x0, y_top, x1, y_bottom = box
     span = max(t1 - t0, 1e-9)
     for t, label in time_ticks(t0, t1, most=max(2, int((x1 - x0) / 90))):
         x = x0 + (t - t0) / span * (x1 - x0)
@@ -170,16 +170,54 @@ def _time_axis(svg: Svg, t0: float, t1: float, x0: float, x1: float, y_top: floa
 
 
 # -- heat map --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Grid:
+    """Where the heat map's rows and columns are drawn."""
+
+    left: int
+    top: int
+    plot_w: int
+    row_h: int
+    rows: int
+
+
 def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
     """GPUs (rows, grouped by node) by time buckets (columns): mean utilization, not rented in grey, idle
     windows in red; GPUs idle now marked at the right with how long and what it cost so far."""
     gpus, n = data["gpus"], data["columns"]
     rows = len(gpus)
     row_h = max(2, min(12, 720 // max(rows, 1)))
-    left, right, top = 170, 190, 26
-    plot_w = width - left - right
-    height = top + rows * row_h + 46
-    svg = Svg(chart, width, height, "Utilization by node and GPU")
+    grid = _Grid(170, 26, width - 170 - 190, row_h, rows)
+    svg = Svg(chart, width, grid.top + rows * row_h + 46, "Utilization by node and GPU")
+    codes = _cells(svg, grid, gpus, n)
+    _rows(svg, grid, gpus)
+    _now(svg, grid, data)
+    y_bottom = grid.top + rows * row_h            # the time axis
+    _time_axis(svg, data["start"], data["end"], (grid.left, grid.top, grid.left + grid.plot_w, y_bottom), grid=False)
+    svg.line(grid.left, y_bottom, grid.left + grid.plot_w, y_bottom, stroke=MUTED)
+    lx, ly = grid.left, 14                        # legend: the scale, then the three states
+    for k in range(50):
+        svg.rect(lx + k * 2, ly - 9, 2.2, 10, hex_rgb(viridis(k / 49)))
+    svg.text(lx - 4, ly, "0%", anchor="end", size=10, fill=MUTED)
+    svg.text(lx + 104, ly, "100% utilization", size=10, fill=MUTED)
+    svg.legend([("idle window", hex_rgb(IDLE)), ("underused now", hex_rgb(UNDERUSED)),
+                ("not rented", hex_rgb(NOT_RENTED)), ("no telemetry", "#eceef0")], lx + 210, ly)
+    svg.attrs.update({"data-t0": str(data["start"]), "data-bucket": str(data["bucket_s"]), "data-cols": str(n),
+                      "data-left": str(grid.left), "data-top": str(grid.top), "data-row-h": str(row_h),
+                      "data-plot-w": str(grid.plot_w),
+                      "data-rows": json.dumps([f"{g['node']} GPU {g['gpu_index']}" for g in gpus],
+                                              separators=(",", ":")),
+                      "data-cells": base64.b64encode(bytes(codes)).decode(),
+                      # the rental of each cell: an index into data-tenants (+1; 0: not rented), 2 bytes a cell
+                      "data-tenants": json.dumps(data.get("tenants", []), separators=(",", ":")),
+                      "data-tenant-cells": base64.b64encode(b"".join(
+                          (t + 1).to_bytes(2, "little") for g in gpus
+                          for t in g.get("tenant_col", [-1] * n))).decode()})
+    return svg.render()
+
+
+def _cells(svg: Svg, grid: _Grid, gpus: list[dict], n: int) -> bytearray:
+    """The cells as one image (a pixel a cell); returns each cell's code for the page's tooltips."""
     codes = bytearray()
     pixels = bytearray()
     for g in gpus:
@@ -195,18 +233,23 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
             pixels.extend(rgb)
             codes.append(code)
             svg.marks += util is not None
-    if rows:
-        image = base64.b64encode(png.encode(n, rows, bytes(pixels))).decode()
-        svg.add(f'<image class="cells" x="{left}" y="{top}" width="{plot_w}" height="{rows * row_h}" '
-                f'preserveAspectRatio="none" style="image-rendering:pixelated;image-rendering:crisp-edges" '
-                f'href="data:image/png;base64,{image}"/>')
-    # node groups: a rule between nodes, the node's name where there is room
+    if grid.rows:
+        image = base64.b64encode(png.encode(n, grid.rows, bytes(pixels))).decode()
+        svg.add(f'<image class="cells" x="{grid.left}" y="{grid.top}" width="{grid.plot_w}" '
+                f'height="{grid.rows * grid.row_h}" preserveAspectRatio="none" '
+                f'style="image-rendering:pixelated;image-rendering:crisp-edges" href="data:image/png;base64,{image}"/>')
+    return codes
+
+
+def _rows(svg: Svg, grid: _Grid, gpus: list[dict]) -> None:
+    """Node groups: a rule between nodes, the node's name where there is room; each GPU's name where rows allow."""
+    left, top, row_h = grid.left, grid.top, grid.row_h
     last_label_y = -100.0
     for i, g in enumerate(gpus):
         y = top + i * row_h
         if i == 0 or g["node"] != gpus[i - 1]["node"]:
             if i:
-                svg.line(left - 4, y, left + plot_w, y, stroke="#ffffff", width=1)
+                svg.line(left - 4, y, left + grid.plot_w, y, stroke="#ffffff", width=1)
             if y - last_label_y >= 11:
                 svg.text(left - (44 if row_h >= 10 else 8), y + min(row_h, 10) - 1, g["node"], anchor="end",
                          size=10)
@@ -215,65 +258,57 @@ def heatmap(data: dict, width: int = 1100, chart: str = "heatmap") -> str:
         for i, g in enumerate(gpus):
             svg.text(left - 6, top + i * row_h + row_h - 2, f"GPU {g['gpu_index']}", anchor="end", size=9,
                      fill=MUTED)
-    # GPUs idle now
-    index = {g["gpu_uuid"]: i for i, g in enumerate(gpus)}
-    currency = data.get("currency", "")
+
+
+def _now(svg: Svg, grid: _Grid, data: dict) -> None:
+    """The GPUs idle now and underused now (busy, below the underuse threshold over the last hour), marked at the
+    right with how long and what it costs."""
+    index = {g["gpu_uuid"]: i for i, g in enumerate(data["gpus"])}
+    currency, x = data.get("currency", ""), grid.left + grid.plot_w
     for run in data.get("idle_now", []):
         row = index.get(run["gpu_uuid"])
         if row is None:
             continue
-        cy = top + row * row_h + row_h / 2
+        cy = grid.top + row * grid.row_h + grid.row_h / 2
         minutes = run["idle_s"] / 60
         cost = f" · {float(run['cost_so_far']):.2f} {currency}" if run.get("cost_so_far") else ""
         title = (f"{run['node']} GPU {run['gpu_index']} ({run['tenant']}) idle {minutes:.0f} min{cost} so far")
-        svg.add(f'<path class="idle-now" d="M{left + plot_w + 3},{cy:.1f} l8,-4.5 v9 z" fill="{hex_rgb(IDLE)}">'
+        svg.add(f'<path class="idle-now" d="M{x + 3},{cy:.1f} l8,-4.5 v9 z" fill="{hex_rgb(IDLE)}">'
                 f"<title>{esc(title)}</title></path>")
-        if row_h >= 9 or len(data.get("idle_now", [])) * 11 <= rows * row_h:
-            svg.text(left + plot_w + 14, cy + 3.5, f"idle {minutes:.0f} min{cost}", size=10, fill=hex_rgb(IDLE))
-    # GPUs underused now (busy, below the underuse threshold over the last hour)
+        if grid.row_h >= 9 or len(data.get("idle_now", [])) * 11 <= grid.rows * grid.row_h:
+            svg.text(x + 14, cy + 3.5, f"idle {minutes:.0f} min{cost}", size=10, fill=hex_rgb(IDLE))
     for g in data.get("underused_now", []):
         row = index.get(g["gpu_uuid"])
         if row is None:
             continue
-        cy = top + row * row_h + row_h / 2
+        cy = grid.top + row * grid.row_h + grid.row_h / 2
         per_hour = f" · {float(g['waste_per_hour']):.2f} {currency}/h unused" if g.get("waste_per_hour") else ""
         title = f"{g['node']} GPU {g['gpu_index']} ({g['tenant']}) underused: {g['util_pct']:.0f}%{per_hour}"
-        svg.add(f'<path class="underused-now" d="M{left + plot_w + 3},{cy:.1f} l8,-4.5 v9 z" '
+        svg.add(f'<path class="underused-now" d="M{x + 3},{cy:.1f} l8,-4.5 v9 z" '
                 f'fill="{hex_rgb(UNDERUSED)}"><title>{esc(title)}</title></path>')
-        if row_h >= 9:
-            svg.text(left + plot_w + 14, cy + 3.5, f"underused {g['util_pct']:.0f}%{per_hour.split(' unused')[0]}",
+        if grid.row_h >= 9:
+            svg.text(x + 14, cy + 3.5, f"underused {g['util_pct']:.0f}%{per_hour.split(' unused')[0]}",
                      size=10, fill=hex_rgb(UNDERUSED))
-    # time axis
-    y_bottom = top + rows * row_h
-    _time_axis(svg, data["start"], data["end"], left, left + plot_w, top, y_bottom, grid=False)
-    svg.line(left, y_bottom, left + plot_w, y_bottom, stroke=MUTED)
-    # legend: the scale, then the three states
-    lx, ly = left, 14
-    for k in range(50):
-        svg.rect(lx + k * 2, ly - 9, 2.2, 10, hex_rgb(viridis(k / 49)))
-    svg.text(lx - 4, ly, "0%", anchor="end", size=10, fill=MUTED)
-    svg.text(lx + 104, ly, "100% utilization", size=10, fill=MUTED)
-    svg.legend([("idle window", hex_rgb(IDLE)), ("underused now", hex_rgb(UNDERUSED)),
-                ("not rented", hex_rgb(NOT_RENTED)), ("no telemetry", "#eceef0")], lx + 210, ly)
-    svg.attrs.update({"data-t0": str(data["start"]), "data-bucket": str(data["bucket_s"]), "data-cols": str(n),
-                      "data-left": str(left), "data-top": str(top), "data-row-h": str(row_h),
-                      "data-plot-w": str(plot_w),
-                      "data-rows": json.dumps([f"{g['node']} GPU {g['gpu_index']}" for g in gpus],
-                                              separators=(",", ":")),
-                      "data-cells": base64.b64encode(bytes(codes)).decode(),
-                      # the rental of each cell: an index into data-tenants (+1; 0: not rented), 2 bytes a cell
-                      "data-tenants": json.dumps(data.get("tenants", []), separators=(",", ":")),
-                      "data-tenant-cells": base64.b64encode(b"".join(
-                          (t + 1).to_bytes(2, "little") for g in gpus
-                          for t in g.get("tenant_col", [-1] * n))).decode()})
-    return svg.render()
 
 
 # -- bars -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BarStyle:
+    """How bars are drawn: the values' unit, stacked or grouped, the chart's width, the value axis' top (None: from
+    the values), how a value is written (None: the number and its unit)."""
+
+    unit: str = ""
+    stacked: bool = False
+    width: int = 540
+    max_value: float | None = None
+    value_text: Callable[[float], str] | None = None
+
+
 def bars(chart: str, label: str, rows: Sequence[tuple[str, Sequence[float | None]]],
-         series: Sequence[tuple[str, str]], unit: str = "", stacked: bool = False, width: int = 540,
-         max_value: float | None = None, value_text=None) -> str:
+         series: Sequence[tuple[str, str]], style: BarStyle = BarStyle()) -> str:
     """Horizontal bars, one row per label: grouped (a bar per series) or stacked."""
+    unit, stacked, width, max_value, value_text = (style.unit, style.stacked, style.width, style.max_value,
+                                                   style.value_text)
     bar_h = 14 if stacked else max(8, 16 // max(len(series), 1) + 4)
     row_h = (bar_h if stacked else bar_h * len(series)) + 10
     left, right, top = 150, 90, 28
@@ -336,13 +371,35 @@ class Marker:
     symbol: str = "▲"
 
 
-def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float, unit: str = "",
-          band: Sequence[tuple[float, float, float]] | None = None, band_label: str = "p10–p90",
-          band_color: str = "#4269d0", markers: Sequence[Marker] = (), spans: Sequence[tuple[float, float, str]] = (),
-          now: float | None = None, y_max: float | None = None, width: int = 1100, height: int = 230,
-          y_format=None, now_label: str = "now", y_label: str = "") -> str:
-    """Lines over time (gaps where a value is None), with an optional band, vertical markers (events), shaded
-    spans (an incident) and a "now" rule between history and forecast."""
+@dataclass(frozen=True)
+class LineStyle:
+    """What a line chart shows beside its lines: the values' unit, a band (ts, low, high) and its label and
+    colour, vertical markers (events), shaded spans (an incident), a "now" rule between history and forecast and
+    its label, the value axis' top (None: from the values) and how a value is written, the size, the axis' label."""
+
+    unit: str = ""
+    band: Sequence[tuple[float, float, float]] | None = None
+    band_label: str = "p10–p90"
+    band_color: str = "#4269d0"
+    markers: Sequence[Marker] = ()
+    spans: Sequence[tuple[float, float, str]] = ()
+    now: float | None = None
+    y_max: float | None = None
+    width: int = 1100
+    height: int = 230
+    y_format: Callable[[float], str] | None = None
+    now_label: str = "now"
+    y_label: str = ""
+
+
+def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float,
+          style: LineStyle = LineStyle()) -> str:
+    """Lines over time (gaps where a value is None), styled by ``style``."""
+    st = style
+    unit, band, band_label, band_color, markers, spans = (st.unit, st.band, st.band_label, st.band_color, st.markers,
+                                                          st.spans)
+    now, y_max, width, height, y_format, now_label, y_label = (st.now, st.y_max, st.width, st.height, st.y_format,
+                                                               st.now_label, st.y_label)
     left, right, top, bottom = 58, 16, 30, 24
     svg = Svg(chart, width, height, label)
     pw, ph = width - left - right, height - top - bottom
@@ -366,7 +423,7 @@ def lines(chart: str, label: str, series: Sequence[Series], t0: float, t1: float
         tick += step
     for s0, s1, fill in spans:
         svg.rect(x(s0), top, x(s1) - x(s0), ph, fill, extra=' opacity="0.18"')
-    _time_axis(svg, t0, t1, left, left + pw, top, top + ph, grid=False)
+    _time_axis(svg, t0, t1, (left, top, left + pw, top + ph), grid=False)
     if band:
         pts = [(x(t), y(hi)) for t, _, hi in band] + [(x(t), y(lo)) for t, lo, _ in reversed(band)]
         svg.add('<path class="band" d="M' + " L".join(f"{a:.1f},{b:.1f}" for a, b in pts) +
@@ -419,7 +476,7 @@ def timeline(chart: str, incidents: Sequence[dict], t0: float, t1: float, width:
 
     def x(t):
         return left + (min(max(t, t0), t1) - t0) / span * pw
-    _time_axis(svg, t0, t1, left, left + pw, top - 4, top + len(shown) * row_h)
+    _time_axis(svg, t0, t1, (left, top - 4, left + pw, top + len(shown) * row_h))
     for i, a in enumerate(shown):
         y = top + i * row_h
         end = a["resolved_at"] if a["resolved_at"] is not None else t1

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -33,98 +35,131 @@ def html_error(status: int, message: str) -> Response:
     return Response(status, body.encode(), HTML)
 
 
-def mount(router: Router, store, serve, currency: str, registry: CollectorRegistry | None = None,
-          silent_after_s: float = 600.0, underuse_pct: float = UNDERUSE_PCT, price_note: str | None = None) -> None:
-    """Add the view's routes to ``router``, reading ``store``; ``serve`` is the serve settings section,
-    ``currency`` the billing currency; the request counts and page times go to ``registry`` (``/metrics``)."""
-    lock = threading.Lock()
+@dataclass(frozen=True)
+class ViewConfig:
+    """What the view needs of the settings: the serve section, the billing currency, when a node is silent, the
+    underuse threshold, and the note that the prices are the default flat one (where they are)."""
+
+    serve: Any
+    currency: str = "USD"
+    silent_after_s: float = 600.0
+    underuse_pct: float = UNDERUSE_PCT
+    price_note: str | None = None
+
+
+def mount(router: Router, store, config: ViewConfig, registry: CollectorRegistry | None = None) -> None:
+    """Add the view's routes to ``router``, reading ``store``; the request counts and page times, and the fleet
+    gauges, go to ``registry`` (``/metrics``)."""
     registry = registry or CollectorRegistry()
-    requests = Counter("gpufleet_view_requests", "Requests answered by the fleet view", ["path", "code"],
-                       registry=registry)
-    seconds = Histogram("gpufleet_view_seconds", "Time to answer a fleet view request (queries and drawing)",
-                        ["path"], registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
+    routes = Routes(store, config, registry)
+    registry.register(FleetGauges(routes.reader))
+    for path, name, what, page in ROUTES:
+        router.add("GET", path, routes.handled(path, getattr(routes, name), page), what)
 
-    def reader() -> FleetData:          # one per request: its reads are shared by the sections of one answer
-        return FleetData(store, currency, serve.alert_days, lock, silent_after_s, underuse_pct, price_note)
 
-    def window(data: FleetData, request: Request, hours_default: float) -> Window:
+class Routes:
+    """The handlers of the view's routes, over one store (each request reads through a fresh FleetData)."""
+
+    def __init__(self, store, config: ViewConfig, registry: CollectorRegistry) -> None:
+        self.store, self.config, self.serve = store, config, config.serve
+        self.lock = threading.Lock()
+        self.requests = Counter("gpufleet_view_requests", "Requests answered by the fleet view", ["path", "code"],
+                                registry=registry)
+        self.seconds = Histogram("gpufleet_view_seconds", "Time to answer a fleet view request (queries and "
+                                 "drawing)", ["path"], registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
+
+    def reader(self) -> FleetData:       # one per request: its reads are shared by the sections of one answer
+        c = self.config
+        return FleetData(self.store, c.currency, self.serve.alert_days, self.lock, c.silent_after_s, c.underuse_pct,
+                         c.price_note)
+
+    def window(self, data: FleetData, request: Request, hours_default: float) -> Window:
         q = request.query
         to = parse_time(q["to"], "to") if q.get("to") else None
         hours = parse_hours(q["hours"]) if q.get("hours") else hours_default
         tenant = q.get("tenant", "").strip() or None
         return data.window(to, hours, tenant)
 
-    def handled(path: str, handler, page: bool = False):
+    def handled(self, path: str, handler, page: bool = False):
         def wrapped(request: Request) -> Response:
             began = time.perf_counter()
             try:
                 response = handler(request)
             except ViewError as err:
                 response = html_error(400, str(err)) if page else error(400, str(err))
-            requests.labels(path, str(response.status)).inc()
-            seconds.labels(path).observe(time.perf_counter() - began)
+            self.requests.labels(path, str(response.status)).inc()
+            self.seconds.labels(path).observe(time.perf_counter() - began)
             return response
         return wrapped
 
-    def fleet(request: Request) -> Response:
-        data = reader()
-        w = window(data, request, serve.view_hours)
+    # -- pages ---------------------------------------------------------------------
+    def fleet(self, request: Request) -> Response:
+        data, serve = self.reader(), self.serve
+        w = self.window(data, request, serve.view_hours)
         body = pages.fleet_page(data, w, serve.demand_hours, serve.forecast_ahead_hours, serve.refresh_s,
                                 live="to" not in request.query)
         return Response(200, body.encode(), HTML)
 
-    def incident(request: Request) -> Response:
+    def incident(self, request: Request) -> Response:
         id_ = request.query.get("id", "").strip()
         if not id_:
             return html_error(400, "query parameter id is required: an alert's id, e.g. /incident?id=04e68fe3b528")
-        found = reader().incident(id_)
+        found = self.reader().incident(id_)
         if found is None:
             return html_error(404, f"no incident with id {id_!r}")
         return Response(200, pages.incident_page(found).encode(), HTML)
 
-    def incident_json(request: Request) -> Response:
+    def report(self, request: Request) -> Response:
+        q = request.query
+        if not q.get("from") or not q.get("to"):
+            raise ViewError("query parameters from and to are required, e.g. /report?from=2026-01-05&to=2026-01-06")
+        start, end = parse_time(q["from"], "from"), parse_time(q["to"], "to")
+        if end <= start:
+            raise ViewError("to: must be after from")
+        body = pages.report(self.reader(), Window(start, end, q.get("tenant", "").strip() or None),
+                            self.serve.forecast_ahead_hours)
+        return Response(200, body.encode(), HTML)
+
+    # -- JSON ----------------------------------------------------------------------
+    def incident_json(self, request: Request) -> Response:
         id_ = request.query.get("id", "").strip()
         if not id_:
             return error(400, "query parameter id is required, e.g. /v1/incident?id=04e68fe3b528")
-        found = reader().incident(id_)
+        found = self.reader().incident(id_)
         return json_response(found) if found else error(404, f"no incident with id {id_!r}")
 
-    registry.register(FleetGauges(reader))
-
-    def waste(request: Request) -> Response:
-        data = reader()
-        q = request.query
+    def waste(self, request: Request) -> Response:
+        data, q = self.reader(), request.query
         end = parse_time(q["to"], "to") if q.get("to") else data.latest()
         if end is None:
             return json_response({"empty": data._no_telemetry(Window(0, 1))})
         return json_response(data.waste(end, q.get("tenant", "").strip() or None))
 
-    def heatmap(request: Request) -> Response:
-        data = reader()
-        return json_response(data.heatmap(window(data, request, serve.view_hours)))
+    def heatmap(self, request: Request) -> Response:
+        data = self.reader()
+        return json_response(data.heatmap(self.window(data, request, self.serve.view_hours)))
 
-    def alerts(request: Request) -> Response:
-        data = reader()
-        return json_response(data.alerts(window(data, request, serve.view_hours)))
+    def alerts(self, request: Request) -> Response:
+        data = self.reader()
+        return json_response(data.alerts(self.window(data, request, self.serve.view_hours)))
 
-    def idle(request: Request) -> Response:
-        data = reader()
-        return json_response(data.idle(window(data, request, serve.view_hours)))
+    def idle(self, request: Request) -> Response:
+        data = self.reader()
+        return json_response(data.idle(self.window(data, request, self.serve.view_hours)))
 
-    def usage(request: Request) -> Response:
-        data = reader()
-        return json_response(data.usage(window(data, request, serve.view_hours)))
+    def usage(self, request: Request) -> Response:
+        data = self.reader()
+        return json_response(data.usage(self.window(data, request, self.serve.view_hours)))
 
-    def demand(request: Request) -> Response:
-        data = reader()
-        q = request.query
-        ahead = parse_hours(q["ahead_hours"], "ahead_hours") if q.get("ahead_hours") else serve.forecast_ahead_hours
+    def demand(self, request: Request) -> Response:
+        data, q = self.reader(), request.query
+        ahead = (parse_hours(q["ahead_hours"], "ahead_hours") if q.get("ahead_hours")
+                 else self.serve.forecast_ahead_hours)
         pool = q.get("pool", "").strip() or None
-        return json_response(data.demand(window(data, request, serve.demand_hours), ahead * 3600, pool))
+        return json_response(data.demand(self.window(data, request, self.serve.demand_hours), ahead * 3600, pool))
 
-    def billing(request: Request) -> Response:
-        data = reader()
-        q = request.query
+    def billing(self, request: Request) -> Response:
+        data, q = self.reader(), request.query
         if q.get("month"):
             month = q["month"].strip()
             if len(month) != 7 or month[4] != "-":
@@ -132,37 +167,27 @@ def mount(router: Router, store, serve, currency: str, registry: CollectorRegist
             start = parse_time(month + "-01", "month")
             w = Window(start, start + 86400, q.get("tenant", "").strip() or None)
         else:
-            w = window(data, request, serve.view_hours)
+            w = self.window(data, request, self.serve.view_hours)
         return json_response(data.billing(w, month=True))
 
-    def report(request: Request) -> Response:
-        q = request.query
-        if not q.get("from") or not q.get("to"):
-            raise ViewError("query parameters from and to are required, e.g. /report?from=2026-01-05&to=2026-01-06")
-        start, end = parse_time(q["from"], "from"), parse_time(q["to"], "to")
-        if end <= start:
-            raise ViewError("to: must be after from")
-        data = reader()
-        body = pages.report(data, Window(start, end, q.get("tenant", "").strip() or None), serve.forecast_ahead_hours)
-        return Response(200, body.encode(), HTML)
+    def top_json(self, request: Request) -> Response:
+        return json_response(dataclasses.asdict(top.snapshot(self.reader())))
 
-    def top_json(request: Request) -> Response:
-        return json_response(dataclasses.asdict(top.snapshot(reader())))
 
-    for path, handler, what, page in (
-            ("/", fleet, "the fleet page (HTML)", True),
-            ("/incident", incident, "an incident and the telemetry around it (HTML), ?id=", True),
-            ("/v1/incident", incident_json, "an incident and the telemetry around it, ?id=", False),
-            ("/v1/fleet/heatmap", heatmap, "utilization by GPU and time bucket, idle windows, GPUs idle now, silent "
-             "nodes", False),
-            ("/v1/fleet/waste", waste, "idle and underused GPUs now with the money per hour, and the waste "
-             "billed today and this month, by pool and tenant", False),
-            ("/v1/fleet/alerts", alerts, "incidents firing, and resolved in the window", False),
-            ("/v1/fleet/idle", idle, "idle runs in the window with their cost", False),
-            ("/v1/fleet/usage", usage, "utilization and idle cost by pool and tenant", False),
-            ("/v1/fleet/demand", demand, "demand, latest forecast and scale decisions per pool", False),
-            ("/v1/fleet/billing", billing, "billing totals of a month (?month=YYYY-MM)", False),
-            ("/report", report, "the report of a period as one HTML file (?from=&to=[&tenant=]), as gpufleet report "
-             "writes it", True),
-            ("/v1/top", top_json, "what gpufleet top shows, read now", False)):
-        router.add("GET", path, handled(path, handler, page), what)
+ROUTES = (   # path, handler (a Routes method), what it answers, whether a page (errors as HTML)
+    ("/", "fleet", "the fleet page (HTML)", True),
+    ("/incident", "incident", "an incident and the telemetry around it (HTML), ?id=", True),
+    ("/v1/incident", "incident_json", "an incident and the telemetry around it, ?id=", False),
+    ("/v1/fleet/heatmap", "heatmap", "utilization by GPU and time bucket, idle windows, GPUs idle now, silent nodes",
+     False),
+    ("/v1/fleet/waste", "waste", "idle and underused GPUs now with the money per hour, and the waste billed today "
+     "and this month, by pool and tenant", False),
+    ("/v1/fleet/alerts", "alerts", "incidents firing, and resolved in the window", False),
+    ("/v1/fleet/idle", "idle", "idle runs in the window with their cost", False),
+    ("/v1/fleet/usage", "usage", "utilization and idle cost by pool and tenant", False),
+    ("/v1/fleet/demand", "demand", "demand, latest forecast and scale decisions per pool", False),
+    ("/v1/fleet/billing", "billing", "billing totals of a month (?month=YYYY-MM)", False),
+    ("/report", "report", "the report of a period as one HTML file (?from=&to=[&tenant=]), as gpufleet report "
+     "writes it", True),
+    ("/v1/top", "top_json", "what gpufleet top shows, read now", False),
+)

@@ -231,15 +231,18 @@ def usage_section(data: FleetData, w: Window) -> Section:
     grid = ['<div class="grid">',
             charts.bars("pool-utilization", "Utilization by pool",
                         [(p["pool"], [p["util_pct"], p["rented_util_pct"]]) for p in pools],
-                        [("all GPUs", charts.color(0)), ("rented GPUs", charts.color(3))], unit="%", max_value=100),
+                        [("all GPUs", charts.color(0)), ("rented GPUs", charts.color(3))],
+                        charts.BarStyle(unit="%", max_value=100)),
             charts.bars("tenant-utilization", "Utilization by tenant",
                         [(t["tenant"], [t["util_pct"]]) for t in tenants], [("rented GPUs", charts.color(3))],
-                        unit="%", max_value=100)]
+                        charts.BarStyle(unit="%", max_value=100))]
     if any_idle:            # no empty panels: the idle cost charts only where something was idle
         grid += [charts.bars("pool-idle-cost", "Idle cost by pool", [(p["pool"], [cost(p)]) for p in pools],
-                             [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))], value_text=money_text),
+                             [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))],
+                             charts.BarStyle(value_text=money_text)),
                  charts.bars("tenant-idle-cost", "Idle cost by tenant", [(t["tenant"], [cost(t)]) for t in tenants],
-                             [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))], value_text=money_text)]
+                             [(f"idle cost ({cur})", charts.hex_rgb(charts.IDLE))],
+                             charts.BarStyle(value_text=money_text))]
     grid.append("</div>" + ("" if any_idle else '<p class="note">No rented GPU was idle in this period: no idle '
                                                   "cost.</p>"))
     rows = [(p["pool"], p["gpus"], p["gpus_mean"], p["gpu_hours"], p["billed_rented_hours"], p["util_pct"],
@@ -307,9 +310,9 @@ def demand_section(data: FleetData, w: Window, ahead_s: float, now_label: str = 
         end = w.end + max(ahead, 0.0)
         made = f"forecast made {iso(f['made_at'])}" if f else "no forecast"
         parts.append(f"<h3>{esc(p['pool'])} <small>{esc(made)}</small></h3>" +
-                     charts.lines(f"demand-{p['pool']}", f"Demand of {p['pool']}", series, t0, end, band=band,
-                                  band_color=FORECAST, markers=markers, now=w.end, height=210, now_label=now_label,
-                                  y_label="GPUs") + _latest_decision(events, w.end))
+                     charts.lines(f"demand-{p['pool']}", f"Demand of {p['pool']}", series, t0, end, charts.LineStyle(
+                         band=band, band_color=FORECAST, markers=markers, now=w.end, height=210, now_label=now_label,
+                         y_label="GPUs")) + _latest_decision(events, w.end))
     return Section("demand", title, "".join(parts), json_url)
 
 
@@ -353,7 +356,7 @@ def tenant_demand_section(data: FleetData, w: Window) -> Section:
     series = [Series(p["pool"], [(x["ts"], x["gpus"]) for x in p["demand"]], charts.color(i))
               for i, p in enumerate(d["pools"])]
     return Section("demand", title, f'<p class="note">Mean GPUs in use per {bucket // 60} min, by pool.</p>' +
-                   charts.lines("tenant-demand", title, series, w.start, w.end, height=210))
+                   charts.lines("tenant-demand", title, series, w.start, w.end, charts.LineStyle(height=210)))
 
 
 # -- billing -----------------------------------------------------------------------------
@@ -375,7 +378,7 @@ def billing_section(data: FleetData, w: Window, month: bool = True) -> Section:
                        f" {t['currency']} for idle GPUs" for t in b["totals"])
     through = f" (periods closed up to {iso(b['billed_through'])})" if b["billed_through"] else ""
     chart = charts.bars("billing", title, rows, [("busy", charts.color(0)), ("idle", charts.hex_rgb(charts.IDLE))],
-                        stacked=True, width=760, value_text=lambda v: f"{v:,.2f} {cur}".strip())
+                        charts.BarStyle(stacked=True, width=760, value_text=lambda v: f"{v:,.2f} {cur}".strip()))
     trows: list[tuple]
     if by_pool:
         trows = [(x["pool"], x["gpus"], x["rented_hours"], x["busy_hours"], x["idle_hours"],
@@ -419,8 +422,8 @@ def incident_sections(found: dict) -> list[Section]:
         if peers:
             series.append(Series(f"{peers} other GPUs of job {a['job']}", [], PEER))
         out.append(Section(f"gpu-{key}", name, charts.lines(
-            f"incident-{key}", f"{name} around the incident", series, t0, t1, unit=unit, spans=spans,
-            markers=markers, y_max=100 if key == "util_pct" else None, height=200)))
+            f"incident-{key}", f"{name} around the incident", series, t0, t1, charts.LineStyle(
+                unit=unit, spans=spans, markers=markers, y_max=100 if key == "util_pct" else None, height=200))))
     host = found["host"]
     if host["minute"]:
         series = [Series("iowait %", list(zip(host["minute"], host["iowait_pct"])), charts.color(1)),
@@ -428,6 +431,6 @@ def incident_sections(found: dict) -> list[Section]:
                   Series("GPU utilization % (node mean)", list(zip(host["minute"], host["gpu_util_pct"])),
                          charts.color(0))]
         out.append(Section("host", f"Host {host['node']}", charts.lines(
-            "incident-host", "Host metrics", series, t0, t1, unit="%", spans=spans, markers=markers, y_max=100,
-            height=200)))
+            "incident-host", "Host metrics", series, t0, t1, charts.LineStyle(
+                unit="%", spans=spans, markers=markers, y_max=100, height=200))))
     return out

@@ -2,14 +2,18 @@
 
 Each kind's package (``models/detectors/<kind>/``) holds its window state (typed, saved by name), its features
 (named), its decision (``applies`` and ``decide``, and optionally ``urgent``: a positive that opens the incident at
-once, and ``held_back``: a positive window that opens no incident, given the window's info and the incidents
-open), its incidents' wording (``describe``), its threshold baseline (``baseline``), the stage it runs on
-(``STAGE``), what its alerts name (``LEVEL``: ``gpu``, a GPU or a whole node; ``job``, a job on a node) and its
-constants, one table. Its :class:`Kind` entry here carries what the rest of gpufleet needs to know of it: how
-training labels its windows, its colour, its evaluation goals, and the simulated fleet's fault. The stream
-(streams/node.py, streams/jobs.py), training, evaluation, the fleet page and the simulator all read
-:data:`REGISTRY`: adding a kind is its package, one line here, and a fault in each fleet generator (the
-simulator's ``_place_<fault>`` and sampling, and the held-out generator's own, which shares no code with this).
+once, and ``held_back``: a positive window that opens no incident, given the window's info and the incidents open),
+what a window showed (``SEEN``, a :class:`.base.Seen` record of its evidence, which its rules decide from and its
+wording describes), its incidents' wording (``describe``), its threshold baseline (``baseline``), the stage it runs
+on (``STAGE``), what its alerts name (``LEVEL``: ``gpu``, a GPU or a whole node; ``job``, a job on a node), its
+runbook page in the manual (``RUNBOOK``) and its constants, one table; its ``Detector`` has the methods of
+:class:`.base.Detector`, with their signatures. :func:`check` holds a package to that contract when its kind
+registers: a kind that lacks a part fails at import, not in production. Its :class:`Kind` entry here carries what
+the rest of gpufleet needs to know of it: how training labels its windows, its colour, its evaluation goals, and
+the simulated fleet's fault. The stream (streams/node.py, streams/jobs.py), training, evaluation, the fleet page
+and the simulator all read :data:`REGISTRY`: adding a kind is its package, one line here, and a fault in each fleet
+generator (the simulator's ``_place_<fault>`` and sampling, and the held-out generator's own, which shares no code
+with this).
 
 Precedence between kinds (one cause per incident): a process restart (memory_leak) > IO starvation >
 straggler. The node stage's detectors run in registry order and hand what they know to the next (GPUs
@@ -17,8 +21,9 @@ to leave out, jobs starved of input); the job stage gets the same through the jo
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -26,7 +31,48 @@ from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
 
 from . import io_starvation, memory_leak, straggler
-from .base import Recorder
+from .base import Detector, JobContext, JobItem, NodeContext, NodeFlags, Recorder, Seen
+
+STAGES, LEVELS = ("node", "job"), ("gpu", "job")
+PARTS = ("applies", "baseline", "describe")         # functions every kind's package has
+
+
+def check(module: ModuleType) -> None:
+    """Hold a kind's package to the contract (module docstring); raises TypeError naming what is missing or off."""
+    name = getattr(module, "KIND", None) or getattr(module, "__name__", "?")
+    what = f"detector kind {name}"
+    for attr, ok, wanted in (("KIND", lambda v: isinstance(v, str) and v, "a name"),
+                             ("STAGE", lambda v: v in STAGES, f"one of {STAGES}"),
+                             ("LEVEL", lambda v: v in LEVELS, f"one of {LEVELS}"),
+                             ("FEATURES", lambda v: isinstance(v, tuple) and v and all(isinstance(f, str) for f in v),
+                              "a tuple of feature names"),
+                             ("RUNBOOK", lambda v: isinstance(v, str) and v.endswith(".md"),
+                              "its runbook page in the manual (runbooks/<kind>.md)")):
+        if not ok(getattr(module, attr, None)):
+            raise TypeError(f"{what}: {attr} must be {wanted}")
+    for part in PARTS:
+        if not callable(getattr(module, part, None)):
+            raise TypeError(f"{what}: no {part}()")
+    seen = getattr(module, "SEEN", None)
+    if not (inspect.isclass(seen) and issubclass(seen, Seen)):
+        raise TypeError(f"{what}: SEEN must be its record of what a window showed (a subclass of base.Seen)")
+    cls = getattr(module, "Detector", None)
+    if not inspect.isclass(cls):
+        raise TypeError(f"{what}: no Detector class")
+    for method in ("add", "silence", "end", "to_state", "from_state"):
+        theirs, ours = getattr(cls, method, None), getattr(Detector, method)
+        if not callable(theirs):
+            raise TypeError(f"{what}: Detector has no {method}()")
+        got, due = inspect.signature(theirs).parameters.values(), inspect.signature(ours).parameters.values()
+        if [_shape(p) for p in got] != [_shape(p) for p in due]:
+            raise TypeError(f"{what}: Detector.{method}({', '.join(p.name for p in got)}) must take "
+                            f"({', '.join(p.name for p in due)})")
+
+
+def _shape(p: inspect.Parameter) -> tuple:
+    """What a caller relies on of a parameter: how it is passed, and an optional one's name."""
+    optional = p.default is not inspect.Parameter.empty
+    return p.kind, optional, p.name if optional else None
 
 
 @dataclass(frozen=True)
@@ -43,6 +89,9 @@ class Kind:
     delay_goal_s: float | None   # evaluation: the median delay from a fault's start to its page must stay under this
     oom_goals: bool              # evaluation: its faults may end in an out-of-memory, so lead-time goals apply
     fault: str | None            # the simulated fleet's fault of this kind (collectors/simulator ``_place_<fault>``)
+
+    def __post_init__(self) -> None:
+        check(self.module)
 
     @property
     def name(self) -> str:
@@ -141,31 +190,14 @@ class Detection:
     recorder: Recorder | None = None
 
 
-@dataclass
-class NodeFlags:
-    """What the node stage's detectors know that the next ones, and the job stage, must respect."""
-
-    quiet: set[str] = field(default_factory=set)      # GPUs whose process just restarted
-    starved: set[str] = field(default_factory=set)    # jobs starved of input on this node
-
-
-@dataclass
-class NodeContext:
-    """What a node-stage detector gets with each message, besides its model."""
-
-    out: Output
-    tenant_of: dict
-    recorder: Recorder | None
-    flags: NodeFlags
-
-
 class NodeDetectors:
     """The node-stage detectors of one node, by kind, in registry order."""
 
     __slots__ = ("detectors",)
 
     def __init__(self) -> None:
-        self.detectors = {kind: e.module.Detector() for kind, e in REGISTRY.items() if e.module.STAGE == "node"}
+        self.detectors: dict[str, Detector] = {kind: e.module.Detector() for kind, e in REGISTRY.items()
+                                               if e.module.STAGE == "node"}
 
     def add(self, msg, detection: Detection, out: Output, tenant_of: dict) -> NodeFlags:
         ctx = NodeContext(out, tenant_of, detection.recorder, NodeFlags())
@@ -177,6 +209,10 @@ class NodeDetectors:
         """The node stopped reporting at ``ts``: every incident of its detectors resolves, "no telemetry since"."""
         for d in self.detectors.values():
             d.silence(ts, out)
+
+    def end(self, ts: float, out: Output) -> None:
+        for d in self.detectors.values():
+            d.end(ts, out)
 
     def to_state(self) -> dict:
         return {kind: d.to_state() for kind, d in self.detectors.items()}
@@ -197,12 +233,12 @@ class JobDetectors:
     __slots__ = ("detectors",)
 
     def __init__(self) -> None:
-        self.detectors = {kind: e.module.Detector() for kind, e in REGISTRY.items() if e.module.STAGE == "job"}
+        self.detectors: dict[str, Detector] = {kind: e.module.Detector() for kind, e in REGISTRY.items()
+                                               if e.module.STAGE == "job"}
 
-    def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, detection: Detection,
-            out: Output) -> None:
+    def add(self, item: JobItem, detection: Detection, ctx: JobContext) -> None:
         for kind, d in self.detectors.items():
-            d.add(job, ts, node, sample, tenant, pool, detection.model.kinds[kind], out, detection.recorder)
+            d.add(item, detection.model.kinds[kind], ctx)
 
     def end(self, ts: float, out: Output) -> None:
         for d in self.detectors.values():
@@ -211,7 +247,7 @@ class JobDetectors:
     def node_silent(self, node: str, ts: float, out: Output) -> None:
         """One of the job's nodes stopped reporting at ``ts``: the incidents on it resolve, "no telemetry since"."""
         for d in self.detectors.values():
-            d.node_silent(node, ts, out)
+            d.silence(ts, out, node)
 
     def to_state(self) -> dict:
         return {kind: d.to_state() for kind, d in self.detectors.items()}

@@ -12,20 +12,21 @@ so what training tunes is what the stream does.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, Self
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, Self
 
-from gpufleet.contracts.events import alert
+from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 
 EPOCH_S = 30.0          # how often windows are evaluated (at least; slower collectors stretch it)
 WINDOW_S = 60.0         # how much a window holds, at least three samples of the slowest collector
 
-Recorder = Callable[[str, str, float, list, dict], None]   # kind, key, ts, features, info
+Recorder = Callable[[str, str, float, list, "Seen"], None]   # kind, key, ts, features, what the window showed
 
 THROTTLE_NAMES = ((0x40, "hardware thermal slowdown"), (0x20, "thermal throttling"), (0x80, "power brake"),
                   (0x8, "hardware slowdown"), (0x4, "power cap"))
@@ -44,6 +45,66 @@ class Decider(Protocol):
     def score(self, x: list[float]) -> float: ...
 
     def score_many(self, xs: Sequence[Sequence[float]]) -> list[float]: ...
+
+
+@dataclass
+class NodeFlags:
+    """What the node stage's detectors know that the next ones, and the job stage, must respect."""
+
+    quiet: set[str] = field(default_factory=set)      # GPUs whose process just restarted
+    starved: set[str] = field(default_factory=set)    # jobs starved of input on this node
+
+
+@dataclass
+class NodeContext:
+    """What a node-stage detector gets with each message, besides its model."""
+
+    out: Output
+    tenant_of: dict
+    recorder: Recorder | None
+    flags: NodeFlags
+
+
+@dataclass(frozen=True, slots=True)
+class JobItem:
+    """What a job-stage detector gets: one node's job sample (gpufleet/contracts/jobsample.py), at ``ts``, in
+    (ts, node) order."""
+
+    ts: float
+    node: str
+    sample: dict
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a job-stage detector gets with each sample, besides its model: the job, and where its output goes."""
+
+    job: str
+    tenant: str | None
+    pool: str | None
+    out: Output
+    recorder: Recorder | None
+
+
+class Detector(Protocol):
+    """A kind's detector of one target (a node's messages, or a job's samples): the methods every stage calls,
+    with the same signatures for every kind (checked when the kind registers, models/detectors/__init__.py)."""
+
+    def add(self, item, decider: Decider, ctx) -> None:
+        """One input: a telemetry message and a :class:`NodeContext` (node stage), or a :class:`JobItem` and a
+        :class:`JobContext` (job stage)."""
+
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
+        """A node stopped reporting at ``ts`` (the target's node; for a job, ``node``, one of its nodes): the
+        incidents on it resolve, "no telemetry since"."""
+
+    def end(self, ts: float, out: Output) -> None:
+        """The target is gone (a job from every node): its incidents resolve."""
+
+    def to_state(self) -> dict: ...
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self: ...
 
 
 def window_s(interval: float | None) -> float:
@@ -83,6 +144,36 @@ def union(bits) -> int:
     return out
 
 
+# -- what a window showed --------------------------------------------------------------------------------
+@dataclass(slots=True, kw_only=True)
+class Seen:
+    """What one window showed of its target: where the target is, the model's score, the severity, and whether the
+    detector judged it at all. Each kind's record (its package's ``SEEN``) adds its evidence by name; the kind's
+    rules decide from it and its wording describes from it. Every field has a default, so an incident saved
+    before a field came loads with it."""
+
+    node: str | None = None
+    job: str | None = None
+    tenant: str | None = None
+    pool: str | None = None
+    gpu_uuid: str | None = None
+    score: float = 0.0
+    severity: str = "warning"
+    held: bool = False               # not judged: the detector left this window out (training learns nothing of it)
+
+    def to_state(self) -> dict:
+        return save_fields(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self:
+        """The record as saved; a field saved before it was dropped is refused, one added since takes its default."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = [k for k in state if k not in names]
+        if unknown:
+            raise StateError(f"{cls.__name__}: saved state has unknown fields {unknown}")
+        return cls(**state)
+
+
 # -- incidents ------------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class Incident:
@@ -93,10 +184,20 @@ class Incident:
     first_ts: float                  # the first positive window of this run
     detected_at: float | None        # when it fired (None while pending)
     started_at: float
-    info: dict                       # what the latest positive window showed
+    info: Seen                       # what the latest positive window showed
     flaps: int = 0                   # times the condition cleared and came back within the hold-down
     clear_since: float | None = None     # when the condition last cleared (None: it holds)
     reason: str = ""                 # why it resolved (RESOLUTIONS), set when it does
+
+    def to_state(self) -> dict:
+        return {**save_fields(self), "info": self.info.to_state()}
+
+    @classmethod
+    def from_state(cls, state: dict, seen: type[Seen]) -> Incident:
+        """The incident as saved, what it saw read as the kind's record ``seen``."""
+        # flaps, clear_since and reason came with the hold-down: a state saved before it lacks them
+        return load_fields(cls, {"flaps": 0, "clear_since": None, "reason": "", **state,
+                                 "info": seen.from_state(state.get("info", {}))}, "incident")
 
 
 # Why an incident resolved, as a resolve's evidence ``resolution`` names it, and how its summary says it.
@@ -110,7 +211,16 @@ RESOLUTIONS = {
 }
 
 
-Describe = Callable[[str, dict, Incident, float | None], dict]   # status, info, incident, resolved_at
+Describe = Callable[[str, Seen, Incident, float | None], dict]   # status, what was seen, incident, resolved_at
+
+
+class Judge(NamedTuple):
+    """How a detector's windows become incidents and events: its trained part (thresholds, persistence), where
+    the events go, and its kind's wording."""
+
+    decider: Decider
+    out: Output
+    describe: Describe
 
 
 class Incidents:
@@ -121,11 +231,14 @@ class Incidents:
     def __init__(self) -> None:
         self.by_key: dict[str, Incident] = {}
 
-    def observe(self, key: str, positive: bool, ts: float, decider: Decider, info: dict, out: Output,
-                describe: Describe, urgent: bool = False) -> None:
-        """One window's decision; an ``urgent`` positive opens the incident without waiting for ``persist_on``."""
+    def observe(self, key: str, positive: bool, ts: float, info: Seen | None, judge: Judge,
+                urgent: bool = False) -> None:
+        """One window's decision and what it showed (a negative's may be None: it is not kept); an ``urgent``
+        positive opens the incident without waiting for ``persist_on``."""
+        decider, out, describe = judge
         st = self.by_key.get(key)
         if positive:
+            assert info is not None, key
             if st is None:
                 st = self.by_key[key] = Incident(0, 0, ts, None, ts, info)
             if st.detected_at is not None and st.misses >= decider.persist_off:
@@ -172,29 +285,28 @@ class Incidents:
         return st is not None and st.detected_at is not None
 
     def to_state(self) -> dict:
-        return {k: save_fields(st) for k, st in self.by_key.items()}
+        return {k: st.to_state() for k, st in self.by_key.items()}
 
     @classmethod
-    def from_state(cls, state: dict) -> Incidents:
+    def from_state(cls, state: dict, seen: type[Seen]) -> Incidents:
+        """The incidents as saved, what each saw read as the kind's record ``seen``."""
         i = cls()
-        # flaps, clear_since and reason came with the hold-down: a state saved before it lacks them
-        i.by_key = {k: load_fields(Incident, {"flaps": 0, "clear_since": None, "reason": "", **st}, "incident")
-                    for k, st in state.items()}
+        i.by_key = {k: Incident.from_state(st, seen) for k, st in state.items()}
         return i
 
 
-def event(kind: str, target: str, status: str, st: Incident, resolved_at: float | None, info: dict, summary: str,
-          evidence: dict) -> dict:
+def event(kind: str, target: str, status: str, st: Incident, resolved_at: float | None, info: Seen,
+          told: Told) -> dict:
     """A ``gpufleet.alert.v1`` event for an incident; a resolve's evidence says why (``resolution``) and how often
     the condition cleared and came back within the hold-down (``flaps``)."""
     assert st.detected_at is not None
     if status == "resolved":
-        evidence = {**evidence, "resolution": st.reason or "cleared", "flaps": st.flaps}
-    return alert(kind, target, status=status, severity=info.get("severity", "warning"), node=info.get("node"),
-                 gpu_uuid=info.get("gpu_uuid"), job=info.get("job"), tenant=info.get("tenant"),
-                 pool=info.get("pool"), started_at=st.started_at, detected_at=st.detected_at,
-                 resolved_at=resolved_at if status == "resolved" else None, score=info.get("score", 0.0),
-                 summary=summary, evidence=evidence)
+        told = Told(told.summary, {**told.evidence, "resolution": st.reason or "cleared", "flaps": st.flaps})
+    where = Where(node=info.node, gpu_uuid=info.gpu_uuid, job=info.job, tenant=info.tenant, pool=info.pool)
+    return alert(kind, target, Facts(status=status, severity=info.severity, where=where,
+                                     started_at=st.started_at, detected_at=st.detected_at,
+                                     resolved_at=resolved_at if status == "resolved" else None,
+                                     score=info.score, told=told))
 
 
 def ended(who: str, st: Incident, resolved_at: float | None, lasted: str) -> str | None:
@@ -357,7 +469,7 @@ def known_mean(values: list[float]) -> float:
     return mean(known) if known else NAN
 
 
-__all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Incident", "Incidents", "event", "minutes", "median", "mean",
+__all__ = ["EPOCH_S", "WINDOW_S", "Recorder", "Seen", "Incident", "Incidents", "event", "minutes", "median", "mean",
            "Window", "add_run", "runs_of", "forget_runs", "not_nan", "known_mean", "NAN", "save_fields", "load_fields",
            "StateError", "throttle_text", "union", "window_s", "finite", "clip", "POWER_CAP_BIT",
            "RESOLUTIONS", "ended", "clock"]

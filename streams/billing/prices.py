@@ -315,12 +315,3 @@ class Tariff:
             found = self._versions[key] = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
         return found
 
-
-_DEFAULT: list[Tariff] = []
-
-
-def default_tariff() -> Tariff:
-    """The tariff of the default settings (made on first use, not at import)."""
-    if not _DEFAULT:
-        _DEFAULT.append(Tariff())
-    return _DEFAULT[0]

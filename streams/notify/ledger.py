@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpufleet.contracts.output import Table
+from gpufleet.contracts import tables
 from gpufleet.sql import StoreError
 
 from . import silences as silence_store
@@ -20,9 +20,7 @@ from .outbox import FINAL, Outbox
 
 log = logging.getLogger("gpufleet.notify")
 
-DELIVERIES = Table("alert_deliveries", (
-    "id", "alert_status", "receiver", "status", "dedup_key", "kind", "severity", "node", "gpu_uuid", "job", "tenant",
-    "pool", "group_key", "attempts", "reason", "last_error", "sent_at", "updated_at"), dedup=False)
+DELIVERIES = tables.ALERT_DELIVERIES
 
 FIRING = """
     SELECT id, any(kind), any(severity), any(tenant), any(pool), any(node), any(job), any(gpu_uuid) FROM alerts

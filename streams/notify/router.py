@@ -59,14 +59,24 @@ def is_alert(event: object) -> bool:
     return alert_problem(event) is None
 
 
+@dataclass(frozen=True)
+class Around:
+    """What a router reads of the world around it: the silences in force and the incidents other routers have
+    told as firing (the store's, through the delivery log), the monotonic clock and the wall clock."""
+
+    silences: Callable[[], list] = list
+    firing: Callable[[], dict[str, dict[str, str]]] = dict
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
 class Router:
     def __init__(self, routes: Routes, outbox: Outbox, senders: dict[str, Sender], results: queue.Queue,
-                 metrics=None, *, silences: Callable[[], list] = list,
-                 firing: Callable[[], dict[str, dict[str, str]]] = dict, keep_pending: bool = False,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+                 metrics=None, *, keep_pending: bool = False, around: Around | None = None):
+        around = around or Around()
         self.routes, self.outbox, self.senders, self.results = routes, outbox, senders, results
-        self.metrics, self.silences, self.store_firing = metrics, silences, firing
-        self.keep_pending, self.clock, self.wall = keep_pending, clock, wall
+        self.metrics, self.silences, self.store_firing = metrics, around.silences, around.firing
+        self.keep_pending, self.clock, self.wall = keep_pending, around.clock, around.wall
         self.pending: dict[tuple[str, str, str], Delivery] = {}
         self.waiting: dict[Hashable, int] = {}           # input reference -> deliveries it still waits for
         self.acked: list[Hashable] = []

@@ -118,7 +118,7 @@ class Sender(threading.Thread):
                 self._job(job)
             except Exception as err:                 # a bug must not stop a receiver's deliveries, nor leave them
                 log.exception("receiver %s: unexpected error; the deliveries are dead-lettered", self.receiver.name)
-                self._settle(job, job.deliveries, "dead", 0, "internal_error",        # owed with nothing to retry
+                self._settle(job, job.deliveries, "dead", "internal_error",        # owed with nothing to retry
                              self.receiver.mask(f"{type(err).__name__}: {err}"))
         while True:                                  # what is still queued stays owed
             try:
@@ -133,7 +133,7 @@ class Sender(threading.Thread):
         except Exception as err:                     # a payload that cannot be built will never be
             error = self.receiver.mask(f"cannot build the request: {type(err).__name__}: {err}")
             log.error("receiver %s: %s", self.receiver.name, error)
-            self._settle(job, job.deliveries, "dead", 0, "rejected", error)
+            self._settle(job, job.deliveries, "dead", "rejected", error)
             return
         for request in requests:
             owed = [job.deliveries[i] for i in request.alerts] if job.deliveries else []
@@ -174,12 +174,12 @@ class Sender(threading.Thread):
             if verdict.outcome == "delivered":
                 self.state = "idle"
                 answered = time.monotonic()
-                self._settle(job, owed, "sent", attempts, "", "", time.time(), answered)
+                self._settle(job, owed, "sent", "", "", time.time(), answered)
                 return
             detail = self.receiver.mask(verdict.detail)
             if verdict.outcome == "rejected":
                 log.error("receiver %s: rejected, not retried: %s", name, detail)
-                self._settle(job, owed, "dead", attempts, "rejected", detail)
+                self._settle(job, owed, "dead", "rejected", detail)
                 return
             elapsed = time.monotonic() - started
             if verdict.outcome == "rate_limited":
@@ -197,14 +197,14 @@ class Sender(threading.Thread):
             if elapsed + delay > policy.retry_for_s:
                 error = f"gave up after {attempts} attempts in {elapsed:.0f} s: {detail}"
                 log.error("receiver %s: %s", name, error)
-                self._settle(job, owed, "dead", attempts, "retry_limit", error)
+                self._settle(job, owed, "dead", "retry_limit", error)
                 return
             log.warning("receiver %s: %s; attempt %d, next in %.1f s", name, detail, attempts, delay)
             if self.stopping.wait(delay):
                 self.results.put(Result(owed, "abandoned", job))
                 return
 
-    def _settle(self, job: Job, owed: list[Delivery], state: str, attempts: int, reason: str, error: str,
+    def _settle(self, job: Job, owed: list[Delivery], state: str, reason: str, error: str,
                 sent_at: float | None = None, answered: float | None = None) -> None:
         if owed:       # cancelled ones too (their partition moved): the log records what the receiver saw
             self.outbox.record(owed, state, reason=reason, error=error, sent_at=sent_at)

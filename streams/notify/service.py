@@ -20,7 +20,7 @@ from gpufleet.contracts.telemetry import unreadable
 from .ledger import Ledger
 from .metrics import NotifyMetrics
 from .outbox import Outbox
-from .router import Router
+from .router import Around, Router
 from .routing import Routes
 from .sender import RetryPolicy, Sender
 
@@ -71,10 +71,9 @@ def build(settings, routes: Routes, store, keep_pending: bool) -> Parts:
     ledger = (Ledger(store, outbox, metrics, n.ledger_interval_s, n.silence_refresh_s,
                      is_source=lambda values: any(r.is_source(values) for r in routes.inhibit_rules))
               if store is not None else None)
-    router = Router(routes, outbox, senders, results, metrics,
-                    silences=(lambda: ledger.silences) if ledger else list,
-                    firing=(lambda: ledger.firing) if ledger else dict,
-                    keep_pending=keep_pending)
+    around = Around(silences=(lambda: ledger.silences) if ledger else list,
+                    firing=(lambda: ledger.firing) if ledger else dict)
+    router = Router(routes, outbox, senders, results, metrics, keep_pending=keep_pending, around=around)
     metrics.watch(router.queue_age, router.queue_depth, list(senders))
     parts = Parts(outbox, senders, ledger, router, metrics)
     if n.metrics_port:

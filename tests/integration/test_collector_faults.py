@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from gpufleet.collectors import daemon
-from gpufleet.collectors.nvml_standin import StandIn
+from gpufleet.collectors.nvml_standin import StandIn, Timing
 from gpufleet.settings import CollectSettings
 from gpufleet.streams.kafka import consume, ensure_topics
 
@@ -40,7 +40,7 @@ class Running:
         cfg.update(settings)
         self.cfg = CollectSettings(**cfg)
         self.stop_event = threading.Event()
-        self.nvml = StandIn(gpus=2, pcie_delay_s=0)
+        self.nvml = StandIn(gpus=2, timing=Timing(0))
         self.nvml.install()
         self.thread = threading.Thread(target=daemon.run, args=(self.cfg, broker.bootstrap, topic),
                                        kwargs={"stop": self.stop_event})

@@ -23,7 +23,7 @@ from gpufleet.collectors.simulator import FleetSpec
 from gpufleet.sql.store import Store
 from gpufleet.streams.billing.prices import BillingConfig, Price
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,8 @@ def messages(seed=4):
 
 def meter(store, east: str, seed=4) -> Sink:
     """The fleet metered at these prices into the store, as a replay writes it."""
-    p = Pipeline(StreamConfig(raw_samples=False), detect=False, route_jobs=False, billing=billing(east))
+    p = Pipeline(StreamConfig(raw_samples=False), detect=False, billing=billing(east),
+                 driver=Driver(route_jobs=False))
     for i, m in enumerate(messages(seed)):
         p.submit(m, f"fleet:{i}")
     p.flush()

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from gpufleet.models.scaling import Decision
 from gpufleet.streams.forecast_events import forecast_event, scale_event
 from gpufleet.streams.kafka import EventPublisher, consume, ensure_topics
 
@@ -19,8 +20,8 @@ def test_events_published_while_the_broker_is_down_all_arrive_once_it_is_back(ow
     for i in range(40):
         pool = f"pool-{i % 4}"
         events.append(forecast_event(pool, 1e9 + 3600 * i, 600, [10.0] * 288, [8.0] * 288, [12.5] * 288))
-        events.append(scale_event(pool, 1e9 + 3600 * i, "hold", 16, 16, "Hold at 16 GPUs: the peak rented is 10 GPUs.",
-                                  rented_gpus=10, capacity_gpus=16, capacity_request=None))
+        events.append(scale_event(pool, Decision(1e9 + 3600 * i, "hold", 16, 16, 10,
+                                                 "Hold at 16 GPUs: the peak rented is 10 GPUs.", False, 16)))
     own_kafka.stop()
     publisher = EventPublisher(own_kafka.bootstrap, topics, backoff_s=(0.2, 1.0), message_timeout_s=2.0)
     done = threading.Event()

@@ -11,7 +11,7 @@ from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.streams import embedded
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.kafka import consume, produce
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,7 @@ def test_kafka_shuffled_equals_embedded_ordered(fleet, embedded_store, server_st
     produced = produce(kafka_bootstrap, name, ((m["node"], json.dumps(m).encode()) for m in arrival))
     assert produced == len(arrival) > len(messages)
 
-    pipeline, kafka_events = Pipeline(CFG, partitions=4), []     # four partitions, read however far apart
+    pipeline, kafka_events = Pipeline(CFG, driver=Driver(partitions=4)), []     # four partitions, however far apart
     events = embedded.JsonLines(None)
     events.write = kafka_events.extend
     source = consume(kafka_bootstrap, name, f"parity-{name}", stop_after=produced, idle_timeout_s=30)

@@ -172,7 +172,7 @@ def test_an_empty_store_says_why_each_section_is_empty(server_store):
     from gpufleet.settings import ServeSettings
     from gpufleet.view import routes
     router = web.Router()
-    routes.mount(router, server_store, ServeSettings(), "USD", feed.mount(router, server_store))
+    routes.mount(router, server_store, routes.ViewConfig(ServeSettings(), "USD"), feed.mount(router, server_store))
     server = web.make_server(router, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"

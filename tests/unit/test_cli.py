@@ -103,10 +103,35 @@ def test_a_bill_action_takes_the_store_before_or_after_it():
     from gpufleet.cli import build_parser
 
     rerate = ["rerate", "--from", "2026-11", "--to", "2026-12", "--reason", "r"]
-    parser = build_parser()
+    parser = build_parser(full=True)
     before = parser.parse_args(["bill", "--dsn", "http://a:1", "--database", "d1", *rerate])
     after = parser.parse_args(["bill", *rerate, "--dsn", "http://b:2", "--database", "d2"])
     neither = parser.parse_args(["bill", *rerate])
     assert (before.dsn, before.database) == ("http://a:1", "d1")
     assert (after.dsn, after.database) == ("http://b:2", "d2")
     assert neither.dsn is None and neither.database is None
+
+
+def test_help_lists_every_command_without_importing_any_commands_module():
+    code = ("import sys\nfrom gpufleet.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpufleet.commands.')), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stderr.strip() == "['gpufleet.commands.common']", out.stderr
+    from gpufleet.commands import COMMANDS
+    for name, info in COMMANDS.items():
+        assert f"    {name} " in out.stdout and info.summary.split()[0] in out.stdout, name
+
+
+def test_each_commands_summary_is_the_one_its_own_help_shows_and_only_the_one_asked_for_is_built():
+    from gpufleet.cli import build_parser
+    from gpufleet.commands import COMMANDS
+
+    def subparsers(parser):
+        (sub,) = [a for a in parser._actions if a.dest == "command"]
+        return sub
+    full = subparsers(build_parser(full=True))
+    assert {c.dest: c.help for c in full._choices_actions} == {name: info.summary for name, info in COMMANDS.items()}
+    for name in COMMANDS:
+        sub = subparsers(build_parser(["--config", "x.toml", name, "--help"]))
+        built = {n for n, p in sub.choices.items() if len(p._actions) > 1}       # more than its -h
+        assert built == {name}, (name, built)

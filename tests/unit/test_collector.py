@@ -5,13 +5,13 @@ from gpufleet.collectors.attribution import Attributor, LabelsFile
 from gpufleet.collectors.collector import Collector
 from gpufleet.collectors.host import HostSampler
 from gpufleet.collectors.nvml import NvmlReader
-from gpufleet.collectors.nvml_standin import StandIn
+from gpufleet.collectors.nvml_standin import StandIn, Timing
 from gpufleet.contracts.telemetry import parse
 
 
 def test_messages_are_valid_telemetry_with_attribution(tmp_path):
     labels = tmp_path / "labels.json"
-    lib = StandIn(gpus=3, pcie_delay_s=0)
+    lib = StandIn(gpus=3, timing=Timing(0))
     labels.write_text(json.dumps({lib.gpus[1].uuid: {"tenant": "acme", "job": "train-9"}}))
     lib.install()
     reader = NvmlReader()

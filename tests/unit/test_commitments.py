@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 
 from gpufleet.cli import main
-from gpufleet.focus import _round
 from gpufleet.streams.billing.commitments import Commitment, allocate, best_size
+from gpufleet.streams.billing.focus import _round
 from gpufleet.streams.billing.prices import BillingConfig, Price, Tariff
 from gpufleet.streams.billing.rerate import differs, reprice
 

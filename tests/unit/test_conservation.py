@@ -12,7 +12,7 @@ from gpufleet.collectors.simulator import FleetSpec
 from gpufleet.streams.billing.prices import BillingConfig, Price
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.idle import IDLE_WINDOWS
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 
 START = dt.datetime(2026, 1, 5, tzinfo=dt.UTC).timestamp()
 CHANGE = START + 5 * 3600                    # the east pool's price changes at 05:00
@@ -29,7 +29,8 @@ def price_of(pool: str, period_start: int) -> Decimal:
 
 def meter(spec: FleetSpec, billing: BillingConfig) -> Conservation:
     check = Conservation(billing.period_s, price_of, billing.max_gap_s)
-    p = Pipeline(StreamConfig(raw_samples=False), detect=False, route_jobs=False, billing=billing)
+    p = Pipeline(StreamConfig(raw_samples=False), detect=False, billing=billing,
+                 driver=Driver(route_jobs=False))
     for i, (msg, note) in enumerate(fleet(spec)):
         check.message(msg, note)
         p.submit(msg, f"fleet:{i}")

@@ -13,11 +13,11 @@ from gpufleet.contracts.events import BILLING_SCHEMA
 from gpufleet.contracts.telemetry import end_of_stream
 from gpufleet.sql.memory import MemoryStore
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
+from gpufleet.streams.durable import MemoryTable, Outlets, Rebalances, Stage, Topics
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink, alert_row, ledger_row
 from gpufleet.streams.stages import JobStage, NodeStage, saved
 
@@ -77,19 +77,18 @@ class Worker:
         self.store = MemoryStore()
         def junk(table):              # as the worker does: a changelog value no gpufleet saved is dead-lettered
             return lambda name, raw, why: pipeline.unreadable_state(table, name, raw, why)
-        pipeline = Pipeline(CFG, live=False, route_jobs=False,
-                            load_node=saved(self.tables["nodes"], NodeProcessor.from_state, junk("nodes")),
-                            load_job=saved(self.tables["jobs"], JobProcessor.from_state, junk("jobs")))
+        pipeline = Pipeline(CFG, driver=Driver(
+            route_jobs=False, load_node=saved(self.tables["nodes"], NodeProcessor.from_state, junk("nodes")),
+            load_job=saved(self.tables["jobs"], JobProcessor.from_state, junk("jobs"))))
         topics = Topics("alerts", "dlq", "by-job", P, other={BILLING_SCHEMA: "billing"})
         rebalances, metrics = Rebalances(), WorkerMetrics()
         nodes = NodeStage(pipeline, self.tables["clocks"], live=False, assigned=lambda: set(range(P)),
                           control_key=KEY)
-        self.node = Stage("node", nodes, Sink(self.store, 1, 0), log,
-                          {"nodes": self.tables["nodes"], "clocks": self.tables["clocks"]}, topics, rebalances,
-                          metrics)
-        self.job = Stage("job", JobStage(pipeline, self.tables["jobs"], self.tables["clocks"], P),
-                         Sink(self.store, 1, 0), log, {"jobs": self.tables["jobs"], "clocks": self.tables["clocks"]},
-                         topics, rebalances, metrics)
+        self.node = Stage("node", nodes, Outlets(Sink(self.store, 1, 0), log, {
+            "nodes": self.tables["nodes"], "clocks": self.tables["clocks"]}, topics), rebalances, metrics)
+        self.job = Stage("job", JobStage(pipeline, self.tables["jobs"], self.tables["clocks"], P), Outlets(
+            Sink(self.store, 1, 0), log, {"jobs": self.tables["jobs"], "clocks": self.tables["clocks"]}, topics),
+            rebalances, metrics)
 
     async def ack(self, ev):
         pass

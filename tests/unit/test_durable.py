@@ -10,11 +10,11 @@ from helpers import gpu, message
 
 from gpufleet.sql.memory import MemoryStore
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.durable import MemoryTable, Rebalances, Stage, Topics
+from gpufleet.streams.durable import MemoryTable, Outlets, Rebalances, Stage, Topics
 from gpufleet.streams.jobs import JobProcessor
 from gpufleet.streams.metrics import WorkerMetrics
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink
 from gpufleet.streams.stages import NodeStage, saved
 
@@ -85,16 +85,16 @@ class World:
         self.store = store or MemoryStore()
         self.store.before_write = self.store.before_write or (lambda t: self.log.append(("write", t)))
         self.table = table if table is not None else LoggedTable(self.log)
-        self.pipeline = Pipeline(cfg or StreamConfig(lateness_s=0), live=False, route_jobs=False, detect=False,
-                                 load_node=saved(self.table, NodeProcessor.from_state),
-                                 load_job=saved(MemoryTable(), JobProcessor.from_state))
+        self.pipeline = Pipeline(cfg or StreamConfig(lateness_s=0), detect=False, driver=Driver(
+            route_jobs=False, load_node=saved(self.table, NodeProcessor.from_state),
+            load_job=saved(MemoryTable(), JobProcessor.from_state)))
         self.bus, self.rebalances, self.metrics = MemoryBus(self.log), Rebalances(), WorkerMetrics()
         self.acked = []
         self.clocks = MemoryTable()
-        self.stage = Stage("node", NodeStage(self.pipeline, self.clocks, live=False),
-                           Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)), self.bus,
-                           {"nodes": self.table, "clocks": self.clocks}, Topics("alerts", "dlq", "by-job", 4),
-                           self.rebalances, self.metrics)
+        self.stage = Stage("node", NodeStage(self.pipeline, self.clocks, live=False), Outlets(
+            Sink(self.store, max_rows, 0.0, backoff_s=(0.01, 0.02)), self.bus,
+            {"nodes": self.table, "clocks": self.clocks}, Topics("alerts", "dlq", "by-job", 4)),
+            self.rebalances, self.metrics)
 
     async def ack(self, ev):
         self.acked.append(ev.message.offset)

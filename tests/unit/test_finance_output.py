@@ -5,9 +5,9 @@ from decimal import Decimal
 
 import pytest
 
-from gpufleet import bill
 from gpufleet.cli import main
 from gpufleet.commands.sql import render, value_text
+from gpufleet.streams.billing import invoice as bill
 
 
 def test_decimals_print_as_decimals_inside_maps_and_arrays_too():

@@ -3,6 +3,7 @@ from helpers import gpu, message
 
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.telemetry import parse
+from gpufleet.streams.billing.prices import Tariff
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.idle import IDLE_WINDOWS, IdleTracker
 
@@ -13,7 +14,7 @@ def feed(samples, cfg=CFG, flush=True):
     """samples: (ts, util, tenant) for one GPU at a 5 s interval."""
     tracker, out = IdleTracker(), Output()
     for ts, util, tenant in samples:
-        tracker.add(parse(message(ts, gpus=[gpu(0, util_pct=util, tenant=tenant)])), cfg, out)
+        tracker.add(parse(message(ts, gpus=[gpu(0, util_pct=util, tenant=tenant)])), cfg, out, Tariff())
     if flush:
         tracker.flush("n1", out)
     return out.events, out.rows.get(IDLE_WINDOWS, [])

@@ -1,4 +1,4 @@
-"""Metering by the rules of streams/metering.py, on hand-made telemetry: what each sample covers, idle exactly
+"""Metering by the rules of streams/billing/metering.py, on hand-made telemetry: what each sample covers, idle exactly
 as the idle windows, when a period's record goes out, gaps by policy, minimum charges, MIG shares, restarts."""
 import json
 from decimal import Decimal
@@ -11,7 +11,7 @@ from gpufleet.streams.billing.prices import BillingConfig, Price
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.idle import IDLE_WINDOWS
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 
 CFG = StreamConfig(lateness_s=0, idle_window_s=600)
 T0 = 1767571200            # 2026-01-05 00:00 UTC, an hour boundary
@@ -19,7 +19,7 @@ T0 = 1767571200            # 2026-01-05 00:00 UTC, an hour boundary
 
 def run(samples, billing=None, cfg=CFG, flush=True, node="n1"):
     """samples: (ts, gpus, extra message fields); returns the pipeline (events and rows in its output)."""
-    p = Pipeline(cfg, detect=False, route_jobs=False, billing=billing)
+    p = Pipeline(cfg, detect=False, billing=billing, driver=Driver(route_jobs=False))
     for ts, gpus, extra in samples:
         p.submit(message(ts, node=node, gpus=gpus, **extra), f"t:{ts}")
     if flush:
@@ -237,16 +237,16 @@ def test_a_node_restored_mid_run_from_its_saved_state_bills_what_the_running_one
     samples = idle_then_busy(150, start=T0 + 3200) + [(T0 + 4300 + 5 * i, [gpu(0, tenant="globex")], {})
                                                       for i in range(30)]
     msgs = [message(ts, gpus=gpus, **extra) for ts, gpus, extra in samples]
-    whole = Pipeline(cfg, detect=False, route_jobs=False)
+    whole = Pipeline(cfg, detect=False, driver=Driver(route_jobs=False))
     for i, m in enumerate(msgs):
         whole.submit(m, str(i))
     whole.flush()
     for cut in (40, 70, 100, 190):
-        first = Pipeline(cfg, detect=False, route_jobs=False)
+        first = Pipeline(cfg, detect=False, driver=Driver(route_jobs=False))
         for i, m in enumerate(msgs[:cut]):
             first.submit(m, str(i))
         saved = json.loads(json.dumps(first.nodes["n1"].to_state()))
-        second = Pipeline(cfg, detect=False, route_jobs=False)
+        second = Pipeline(cfg, detect=False, driver=Driver(route_jobs=False))
         second.nodes["n1"] = NodeProcessor.from_state("n1", saved)
         for i, m in enumerate(msgs[cut - 3:], cut - 3):           # the unacknowledged ones come again
             second.submit(m, str(i))
@@ -256,7 +256,7 @@ def test_a_node_restored_mid_run_from_its_saved_state_bills_what_the_running_one
 
 def test_a_saved_billing_record_keeps_its_fields_by_name_and_counters_that_are_not_integers_are_refused():
     from gpufleet.contracts.state import StateError
-    from gpufleet.streams.metering import COUNTERS, Record
+    from gpufleet.streams.billing.metering import COUNTERS, Record
 
     rec = Record(1_796_083_200, "acme", "train-1", "pool-a", "H100", 3, None)
     rec.rented, rec.util_sum = 3_600_000, 100_000 * 3_600_000

@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.collectors import nvml_standin as si
 from gpufleet.collectors.nvml import ALL_FIELDS, NvmlReader, NvmlUnavailable
-from gpufleet.collectors.nvml_standin import Process, StandIn
+from gpufleet.collectors.nvml_standin import Process, StandIn, Timing
 from gpufleet.contracts.telemetry import MAX_PROCESSES, MAX_XIDS, Gpu, parse
 
 OLD, NEW = ("R440", "R470", "R525"), ("R535", "R550", "R570")
@@ -20,9 +20,8 @@ def standin():
     """Install a stand-in (made by the test) and always take it out again."""
     made = []
 
-    def make(**kw):
-        kw.setdefault("pcie_delay_s", 0.0)
-        s = StandIn(**kw)
+    def make(pcie_delay_s=0.0, clock=time.time, **kw):
+        s = StandIn(timing=Timing(pcie_delay_s, clock), **kw)
         s.install()
         made.append(s)
         return s

@@ -6,7 +6,7 @@ from helpers import gpu, message
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.contracts.events import DeadLetter
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 
 
 def run(messages, cfg=None):
@@ -43,11 +43,11 @@ def test_beyond_the_lateness_messages_are_late_and_dead_lettered():
 
 
 def test_live_mode_dead_letters_clock_skew():
-    p = Pipeline(StreamConfig(max_clock_skew_s=300), live=True, clock=lambda: 1000.0)
+    p = Pipeline(StreamConfig(max_clock_skew_s=300), driver=Driver(live=True, clock=lambda: 1000.0))
     assert p.submit(message(1200.0), "k/0/1") is not None
     assert p.submit(message(1400.0), "k/0/2") is None
     assert p.out.counts["dead_clock_skew"] == 1 and p.out.dead[0]["source"] == "k/0/2"
-    replay = Pipeline(StreamConfig(max_clock_skew_s=300), clock=lambda: 1000.0)
+    replay = Pipeline(StreamConfig(max_clock_skew_s=300), driver=Driver(clock=lambda: 1000.0))
     assert replay.submit(message(99999.0), "f:1") is not None       # replays do not apply the check
 
 

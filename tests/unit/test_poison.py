@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.contracts import telemetry as contract
-from gpufleet.contracts.events import alert, alert_problem
+from gpufleet.contracts.events import Facts, Told, Where, alert, alert_problem
 from gpufleet.contracts.jobsample import invalid_job_sample
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.telemetry import TelemetryError
 from gpufleet.streams import decode as fast
 from gpufleet.streams.durable import Share
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.stages import JobStage
 
 DEEP = b'{"a":' * 50_000 + b"1" + b"}" * 50_000            # 300 kB, under the size limit
@@ -189,7 +189,7 @@ class Ev:
 
 
 def test_the_job_stage_dead_letters_anything_that_is_not_job_samples():
-    p = Pipeline(route_jobs=False)
+    p = Pipeline(driver=Driver(route_jobs=False))
     stage = JobStage(p, {}, {}, 1)
     good_sample = {"job": "j", "node": "n", "ts": 100.0, "tenant": "t", "pool": "p", "interval": 5.0,
                    "gpus": [["GPU-0", 0, 90.0, 1400.0, 1980.0, 300.0, 400.0, 60.0, 0, 1e9, 8e10]]}
@@ -215,9 +215,10 @@ def test_a_job_sample_check_takes_anything(value):
 
 def test_the_router_reads_any_bytes_as_an_alert_or_a_reason():
     from gpufleet.streams.notify.service import read_alert
-    a = alert("idle", "GPU-1", status="firing", severity="warning", node="n1", gpu_uuid="GPU-1", job="j",
-              tenant="t", pool="p", started_at=100.0, detected_at=160.0, resolved_at=None, score=1.0,
-              summary="idle for 10 min", evidence={"idle_s": 600})
+    a = alert("idle", "GPU-1", Facts(status="firing", severity="warning",
+                                     where=Where(node="n1", gpu_uuid="GPU-1", job="j", tenant="t", pool="p"),
+                                     started_at=100.0, detected_at=160.0, resolved_at=None, score=1.0,
+                                     told=Told("idle for 10 min", {"idle_s": 600})))
     assert read_alert(json.dumps(a).encode()) == (a, None)
     for bad in POISON + [json.dumps({**a, "evidence": [1]}).encode(), json.dumps({**a, "id": 7}).encode(),
                          json.dumps({**a, "status": "maybe"}).encode(), json.dumps({**a, "score": True}).encode()]:

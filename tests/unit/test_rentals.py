@@ -87,8 +87,8 @@ def test_a_forecast_knows_only_what_was_known_at_its_origin(simulated):
 def test_with_the_rentals_the_forecast_beats_the_last_value_an_hour_ahead():
     series, rentals = pool(weeks=6, seed=11, per_hour=50)
     test_from = series.start + 4 * 7 * DAY
-    bare = backtest.run(series, DAY, test_from, refit_every_s=14 * DAY)
-    known = backtest.run(series, DAY, test_from, refit_every_s=14 * DAY, rentals=rentals)
+    bare = backtest.run(series, DAY, test_from, backtest.Schedule(refit_every_s=14 * DAY))
+    known = backtest.run(series, DAY, test_from, backtest.Schedule(refit_every_s=14 * DAY), rentals=rentals)
     last = known.report()["1h"]["last_value"]["smape_pct"]
     ours = known.report()["1h"]["gpufleet"]["smape_pct"]
     assert ours <= 0.9 * last, (ours, last)

@@ -11,7 +11,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.jobs import JOB_ROLLUP, JobProcessor
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 
 CFG = StreamConfig(lateness_s=30)
 
@@ -137,7 +137,7 @@ def test_inputs_delivered_again_after_the_end_of_input_was_saved_count_once():
 
 def test_job_samples_delivered_again_after_a_restore_count_once():
     spec = FleetSpec(nodes=8, gpus_per_node=2, hours=1, seed=3, faults_per_kind=1, training_share=1.0)
-    p = Pipeline(CFG, route_jobs=False)
+    p = Pipeline(CFG, driver=Driver(route_jobs=False))
     samples = []
     for i, m in enumerate(Simulation(spec).messages()):
         p.submit(m, str(i))

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpufleet.models.scaling import (
+    Cadence,
     Observed,
     Policy,
     Standing,
@@ -218,7 +219,8 @@ def test_the_lead_time_and_cooldown_set_how_far_ahead_the_forecast_counts():
     assert decide(policy, at, seen, None, peak_in, step_s=STEP).target_gpus == 50
     assert decide(policy, at, seen, None, peak_out, step_s=STEP).target_gpus == 10
     # decisions an hour apart look an hour past the lead time
-    assert decide(policy, at, seen, None, peak_out, step_s=STEP, next_decision_s=3600).target_gpus == 50
+    assert decide(policy, at, seen, None, peak_out, step_s=STEP,
+                  cadence=Cadence(next_decision_s=3600)).target_gpus == 50
     # the forecast's own headroom
     own = policy.model_copy(update={"forecast_headroom_pct": 20})
     assert decide(own, at, seen, None, peak_in, step_s=STEP).target_gpus == 60
@@ -315,8 +317,8 @@ def test_a_forecast_of_a_few_hours_history_asks_for_no_capacity():
     at = 1e9
     wide = [(at + k * STEP, 15.0 + 0.2 * k) for k in range(288)]          # p90 widening to 72 GPUs in 48 h
     seen = Observed(current_gpus=16, rented_gpus=12, peak_gpus=12.0, observed_s=3600, capacity_gpus=16)
-    young = decide(policy, at, seen, Standing(16, None), wide, step_s=STEP, history_s=6 * 3600)
-    grown = decide(policy, at, seen, Standing(16, None), wide, step_s=STEP, history_s=86400)
+    young = decide(policy, at, seen, Standing(16, None), wide, step_s=STEP, cadence=Cadence(history_s=6 * 3600))
+    grown = decide(policy, at, seen, Standing(16, None), wide, step_s=STEP, cadence=Cadence(history_s=86400))
     unknown = decide(policy, at, seen, Standing(16, None), wide, step_s=STEP)
     assert young.capacity_request is None
     assert "no capacity asked for on the forecast yet: it rests on 6 h of history, a request on a forecast needs " \
@@ -326,6 +328,6 @@ def test_a_forecast_of_a_few_hours_history_asks_for_no_capacity():
     assert young.target_gpus == grown.target_gpus == 16
     # the demand observed beyond the pool is asked for whatever the history
     full = Observed(current_gpus=16, rented_gpus=16, peak_gpus=16.0, observed_s=3600, capacity_gpus=16)
-    d = decide(policy, at, full, Standing(16, None), wide, step_s=STEP, history_s=3 * 3600)
+    d = decide(policy, at, full, Standing(16, None), wide, step_s=STEP, cadence=Cadence(history_s=3 * 3600))
     assert d.capacity_request is not None and d.capacity_request.start == at and d.capacity_request.gpus == 2
     assert "no capacity asked for on the forecast yet" in d.reason

@@ -11,7 +11,7 @@ from gpufleet.contracts.output import Output
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.embedded import dict_source
 from gpufleet.streams.embedded import run as run_embedded
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.sink import Sink
 from gpufleet.streams.stages import NodeStage
 
@@ -101,7 +101,7 @@ class Event:
 
 def test_distributed_a_dead_node_resolves_by_wall_clock():
     now = [T0]
-    pipeline = Pipeline(CFG, live=True, route_jobs=False, clock=lambda: now[0], detect=False)
+    pipeline = Pipeline(CFG, detect=False, driver=Driver(live=True, route_jobs=False, clock=lambda: now[0]))
     stage = NodeStage(pipeline, {}, live=True, clock=lambda: now[0], assigned=lambda: {0}, lag=lambda p: 0)
     out = Output()
     for offset, m in enumerate(fleet(1800, end=2000)):

@@ -6,14 +6,14 @@ import pytest
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.contracts.state import StateError, load_fields, pack, save_fields, unpack
 from gpufleet.models.detectors import JobDetectors, NodeDetectors, io_starvation, memory_leak, straggler
-from gpufleet.models.detectors.base import Incident, Incidents
+from gpufleet.models.detectors.base import Incident, Incidents, Seen
+from gpufleet.streams.billing.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.config import StreamConfig
 from gpufleet.streams.eventtime import Gate
 from gpufleet.streams.idle import IdleTracker, Run
 from gpufleet.streams.jobs import GpuSums, JobMinute, JobProcessor
-from gpufleet.streams.metering import GpuMeter, Metering, Record, Sample
 from gpufleet.streams.node import NodeProcessor
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 from gpufleet.streams.rollups import GpuMinutes, MinuteRollups, NodeMinute
 
 
@@ -76,13 +76,28 @@ def test_each_state_class_round_trips_by_name(running, cls):
     values = [v for c, v in parts(running) if c is cls]
     assert values, f"the running fleet holds no {cls.__name__} to check"
     for v in values:
-        if hasattr(v, "to_state"):
+        if cls in (Incidents, Incident):     # what an incident saw is read back as its kind's record
+            saved = roundtrip(v.to_state())
+            again = cls.from_state(saved, seen_of(v))
+            assert roundtrip(again.to_state()) == saved
+            assert [type(i.info) for i in incidents_of(again)] == [seen_of(v)] * len(incidents_of(v))
+        elif hasattr(v, "to_state"):
             saved = roundtrip(v.to_state())
             assert isinstance(saved, dict)
             assert roundtrip(cls.from_state(saved).to_state()) == saved
         else:       # flat dataclasses, saved with their holder by field name
             saved = roundtrip(save_fields(v))
             assert save_fields(load_fields(cls, saved, cls.__name__)) == saved
+
+
+def incidents_of(v) -> list[Incident]:
+    return list(v.by_key.values()) if isinstance(v, Incidents) else [v]
+
+
+def seen_of(v) -> type[Seen]:
+    """The record an incident (or a tracker's first) saw: its kind's."""
+    found = incidents_of(v)
+    return type(found[0].info) if found else Seen
 
 
 def test_a_restored_processor_goes_on_exactly_as_the_one_it_was_saved_from(running):
@@ -92,8 +107,7 @@ def test_a_restored_processor_goes_on_exactly_as_the_one_it_was_saved_from(runni
     node = sorted(running.nodes)[0]
     a = NodeProcessor.from_state(node, roundtrip(running.nodes[node].to_state()))
     b = NodeProcessor.from_state(node, roundtrip(running.nodes[node].to_state()))
-    p1, p2 = Pipeline(StreamConfig(lateness_s=30), route_jobs=False), Pipeline(StreamConfig(lateness_s=30),
-                                                                              route_jobs=False)
+    p1, p2 = (Pipeline(StreamConfig(lateness_s=30), driver=Driver(route_jobs=False)) for _ in range(2))
     p1.nodes[node], p2.nodes[node] = a, b
     for m in rest:
         if m["node"] == node:

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 
 CFG = StreamConfig(lateness_s=30)
 P = 4
@@ -29,7 +29,7 @@ def fleet():
 
 
 def run(arrivals, partitions=None):
-    p = Pipeline(CFG, partitions=partitions)
+    p = Pipeline(CFG, driver=Driver(partitions=partitions))
     for partition, offset, m in arrivals:
         p.submit(json.dumps(m), f"t/{partition}/{offset}", position=None if partition is None else (partition, offset))
     p.flush()

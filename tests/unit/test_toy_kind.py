@@ -1,6 +1,8 @@
 """A new kind of fault is its package and one registry line: a toy kind (a GPU running hot), defined here only,
 goes through the stream, training, evaluation and the fleet page without a line of gpufleet changed."""
+import re
 import types
+from dataclasses import dataclass
 
 import pytest
 from helpers import gpu, message
@@ -8,7 +10,7 @@ from helpers import gpu, message
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model
 from gpufleet.models.detectors import KINDS, Kind, register, unregister
-from gpufleet.models.detectors.base import EPOCH_S, Incidents, event, minutes
+from gpufleet.models.detectors.base import EPOCH_S, Incidents, Judge, Seen, Told, event, minutes
 from gpufleet.models.train import fit, label, tune
 from gpufleet.streams.embedded import dict_source
 from gpufleet.streams.embedded import run as run_embedded
@@ -22,8 +24,16 @@ HOT_C = 85.0
 def toy_package() -> types.ModuleType:
     """A node-stage detector of GPUs that run hot: every epoch, each GPU's mean temperature and utilization."""
     m = types.ModuleType("hot_gpu")
-    m.KIND, m.STAGE, m.LEVEL = "hot_gpu", "node", "gpu"
+    m.KIND, m.STAGE, m.LEVEL, m.RUNBOOK = "hot_gpu", "node", "gpu", "runbooks/hot_gpu.md"
     m.FEATURES = ("temp", "util")
+
+    @dataclass(slots=True, kw_only=True)
+    class HotSeen(Seen):
+        index: int = 0
+        target: str = ""
+        temp: float = 0.0
+
+    m.SEEN = HotSeen
 
     def applies(x):
         return True
@@ -35,9 +45,9 @@ def toy_package() -> types.ModuleType:
         return x[0] * 100 >= HOT_C
 
     def describe(status, info, st, resolved_at):
-        summary = (f"GPU {info['index']} on {info['node']} runs hot for {minutes(st):.0f} min" if status == "firing"
-                   else f"GPU {info['index']} on {info['node']} is cool again")
-        return event(m.KIND, info["target"], status, st, resolved_at, info, summary, {"temp_c": info["temp"]})
+        summary = (f"GPU {info.index} on {info.node} runs hot for {minutes(st):.0f} min" if status == "firing"
+                   else f"GPU {info.index} on {info.node} is cool again")
+        return event(m.KIND, info.target, status, st, resolved_at, info, Told(summary, {"temp_c": info.temp}))
 
     def features(temps, utils):
         return [sum(temps) / len(temps) / 100, sum(utils) / len(utils) / 100]
@@ -54,10 +64,11 @@ def toy_package() -> types.ModuleType:
                     x = features(temps, utils)
                     key = f"{m.KIND}:{uuid}"
                     (score,) = decider.score_many([x])
-                    info = {**info, "target": uuid, "score": round(score, 4), "temp": x[0] * 100}
+                    info = HotSeen(**info, target=uuid, score=round(score, 4), temp=x[0] * 100)
                     if ctx.recorder is not None:
                         ctx.recorder(m.KIND, key, at, x, info)
-                    self.incidents.observe(key, decide(x, score, decider, info), at, decider, info, ctx.out, describe)
+                    self.incidents.observe(key, decide(x, score, decider, info), at, info,
+                                           Judge(decider, ctx.out, describe))
                 self.seen = {}
             self.epoch = epoch
             for g in msg.gpus:
@@ -68,13 +79,19 @@ def toy_package() -> types.ModuleType:
                     temps.append(g.temp_c)
                     utils.append(g.util_pct)
 
+        def silence(self, ts, out, node=None):
+            self.incidents.close_all(ts, describe, out, "no_telemetry")
+
+        def end(self, ts, out):
+            pass
+
         def to_state(self):
             return {"epoch": self.epoch, "incidents": self.incidents.to_state()}
 
         @classmethod
         def from_state(cls, state):
             d = cls()
-            d.epoch, d.incidents = state["epoch"], Incidents.from_state(state["incidents"])
+            d.epoch, d.incidents = state["epoch"], Incidents.from_state(state["incidents"], HotSeen)
             return d
 
     m.applies, m.decide, m.baseline, m.describe, m.features, m.Detector = \
@@ -162,3 +179,29 @@ def test_a_toy_kind_goes_through_the_stream_training_evaluation_and_the_page(pac
     html = pages.fleet_page(data, Window(1.8e9 + 86400, 1.8e9 + 86400 + 7200), 6.0, 0.0)
     assert f'<span class="kind" style="background:#123456">{hot_gpu}</span>' in html
     assert hot_gpu in html
+
+
+@pytest.mark.parametrize("break_it, says", [
+    (lambda m: delattr(m.Detector, "silence"), "Detector has no silence()"),
+    (lambda m: setattr(m.Detector, "add", lambda self, msg, decider: None),
+     "Detector.add(self, msg, decider) must take"),
+    (lambda m: delattr(m, "RUNBOOK"), "RUNBOOK must be its runbook page"),
+    (lambda m: setattr(m, "STAGE", "pool"), "STAGE must be one of"),
+    (lambda m: delattr(m, "describe"), "no describe()"),
+    (lambda m: setattr(m, "SEEN", dict), "SEEN must be its record of what a window showed"),
+])
+def test_a_kind_that_breaks_the_contract_fails_when_it_registers(break_it, says):
+    m = toy_package()
+    break_it(m)
+    with pytest.raises(TypeError, match=re.escape(says)):
+        register(Kind(m, hold_down_s=60.0, edge_s=60.0, persist_off=2, colour="#f00", delay_goal_s=None,
+                      oom_goals=False, fault=None))
+    assert "hot_gpu" not in KINDS
+
+
+def test_every_shipped_kind_has_its_runbook_page():
+    from conftest import ROOT
+
+    from gpufleet.models.detectors import REGISTRY
+    for kind in REGISTRY.values():
+        assert (ROOT / "docs" / kind.module.RUNBOOK).is_file(), kind.name

@@ -3,6 +3,7 @@ import math
 import random
 
 from gpufleet.models.detectors import memory_leak
+from gpufleet.models.detectors.memory_leak import LeakSeen
 from gpufleet.models.train import Recording, label, left_out_scores
 
 NAMES = memory_leak.FEATURES
@@ -21,7 +22,7 @@ def fleet(seed: int, grows_when_leaking: bool) -> Recording:
             x[NAMES.index("age")], x[NAMES.index("slope_30")] = 3.0, 0.01      # judged: past the warm-up, growing
             leaking = 116 <= minute <= 200
             x[NAMES.index("trend_60")] = (0.8 if leaking == grows_when_leaking else 0.1) + rng.gauss(0, 0.05)
-            rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0, x, {}))
+            rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0, x, LeakSeen()))
     return rec
 
 
@@ -74,13 +75,14 @@ def test_tuning_takes_urgency_where_only_it_catches_leaks_before_the_oom_without
                            "end": 8400.0, "oom_at": 8400.0, "reaches_oom": True})
         for minute in range(60, 140):                                 # 0.45 of the memory an hour: out at 140
             rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0,
-                                            window((140 - minute) / 60 * 0.45, 0.45), {"gpu_uuid": uuid, "node": "n1"}))
+                                            window((140 - minute) / 60 * 0.45, 0.45),
+                                            LeakSeen(gpu_uuid=uuid, node="n1")))
             scores.append(0.96 if minute >= 125 and minute % 2 else 0.1)
     for g in range(20):
         uuid = f"GPU-ok-{g}"
         for minute in range(0, 300):
             rec.rows["memory_leak"].append((f"memory_leak:{uuid}", minute * 60.0, window(0.8, 0.01),
-                                            {"gpu_uuid": uuid, "node": "n2"}))
+                                            LeakSeen(gpu_uuid=uuid, node="n2")))
             scores.append(0.99 if (minute + g) % 37 == 0 else 0.1)
     rec.gpu_hours = 30 * 5.0
     km = Model.untrained().kinds["memory_leak"]

@@ -8,7 +8,7 @@ from helpers import gpu, message
 from gpufleet.contracts.events import Billing
 from gpufleet.streams.billing.prices import BillingConfig, Price
 from gpufleet.streams.config import StreamConfig
-from gpufleet.streams.pipeline import Pipeline
+from gpufleet.streams.pipeline import Driver, Pipeline
 
 CFG = StreamConfig(lateness_s=0, idle_window_s=600)
 T0 = 1767571200            # 2026-01-05 00:00 UTC
@@ -29,7 +29,7 @@ def gap(util_before, util_after, billing, gap_s=600.0):
     before = [(T0 + 5 * i, util_before) for i in range(120)]
     resume = T0 + 595 + gap_s
     after = [(resume + 5 * i, util_after) for i in range(120)]
-    p = Pipeline(CFG, detect=False, route_jobs=False, billing=billing)
+    p = Pipeline(CFG, detect=False, billing=billing, driver=Driver(route_jobs=False))
     for n, (ts, util) in enumerate(before + after):
         seq = n if ts < resume else n + int(gap_s // 5)
         p.submit(message(ts, gpus=[gpu(0, util_pct=util)], collector_id="c1", seq=seq), f"t:{n}")
@@ -71,7 +71,7 @@ def test_on_demand_the_gap_between_idle_samples_stays_in_the_idle_cost():
 
 
 def test_one_missing_sample_in_an_idle_run_is_priced_at_its_neighbours_utilization():
-    p = Pipeline(CFG, detect=False, route_jobs=False, billing=prices())
+    p = Pipeline(CFG, detect=False, billing=prices(), driver=Driver(route_jobs=False))
     for i in range(360):
         if i != 150:
             p.submit(message(T0 + 5 * i, gpus=[gpu(0, util_pct=2.0)]), f"t:{i}")
@@ -82,7 +82,8 @@ def test_one_missing_sample_in_an_idle_run_is_priced_at_its_neighbours_utilizati
 
 def test_the_underused_time_of_a_tenant_billed_by_use_is_the_providers_not_the_tenants():
     def hour(tenant_mode, weight="busy"):
-        p = Pipeline(CFG, detect=False, route_jobs=False, billing=prices(weight, tenant_mode))
+        p = Pipeline(CFG, detect=False, billing=prices(weight, tenant_mode),
+                     driver=Driver(route_jobs=False))
         for i in range(720):
             p.submit(message(T0 + 5 * i, gpus=[gpu(0, util_pct=20.0)]), f"t:{i}")
         p.flush()

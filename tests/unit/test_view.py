@@ -79,9 +79,9 @@ def test_charts_escape_text_and_count_their_marks():
     root = parse(svg)
     assert root.get("data-marks") == "3" and "<script>" not in svg and "&lt;script&gt;" in svg
     pts = [(T0 + 60 * i, float(i) if i != 3 else None) for i in range(10)]
-    svg = charts.lines("l", "lines", [charts.Series("s", pts, "#000")], T0, T0 + 600,
-                       band=[(T0, 1.0, 2.0), (T0 + 600, 2.0, 3.0)],
-                       markers=[charts.Marker(T0 + 120, evil, "#f00")], spans=[(T0, T0 + 60, "#0f0")], now=T0 + 300)
+    svg = charts.lines("l", "lines", [charts.Series("s", pts, "#000")], T0, T0 + 600, charts.LineStyle(
+        band=[(T0, 1.0, 2.0), (T0 + 600, 2.0, 3.0)], markers=[charts.Marker(T0 + 120, evil, "#f00")],
+        spans=[(T0, T0 + 60, "#0f0")], now=T0 + 300))
     root = parse(svg)
     assert root.get("data-marks") == str(9 + 2 + 1)                  # 9 points, the band's 2, one marker
     line = [p for p in root.iter(SVG + "path") if p.get("fill") == "none"][0]

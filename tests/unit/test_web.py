@@ -54,7 +54,7 @@ def test_the_service_needs_no_forecast_install():
     import sys
     code = ("import sys\nsys.modules['numpy'] = sys.modules['sklearn'] = None\n"
             "import gpufleet.cli, gpufleet.commands.forecast, gpufleet.feed, gpufleet.web, gpufleet.settings\n"
-            "gpufleet.cli.build_parser().parse_args(['serve', '--port', '0'])\nprint('ok')")
+            "gpufleet.cli.build_parser(full=True).parse_args(['serve', '--port', '0'])\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 

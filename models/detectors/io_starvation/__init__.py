@@ -28,18 +28,30 @@ one incident for the node's input path, not one more for each job that slows bes
 still starved for the other detectors (``starved_jobs``): the job stage does not judge it for stragglers while
 it waits with the node's input path.
 
-The package: ``constants`` (every constant, its unit and why), ``window`` (each GPU's samples with its usual
-work, and the host's), ``features`` (a job's GPUs against the host's input paths), ``rules`` (when a job is
-judged, the node's epoch decided, jobs held back), ``wording`` (the path named, what a page says) and
-``detector`` (the stream's loop over one node).
+The package: ``constants`` (every constant, its unit and why), ``window`` (each GPU's samples with its usual work,
+and the host's), ``features`` (a job's GPUs against the host's input paths), ``seen`` (what an epoch showed: the
+evidence, typed), ``rules`` (when a job is judged, the node's epoch decided, jobs held back), ``wording`` (the path
+named, what a page says) and ``detector`` (the stream's loop over one node).
 """
-from .constants import DROP_MIN, DROP_MIN_LIGHT, DROP_SHARE, EPOCH, KIND, LEVEL, SHARED_DROP_SHARE, STAGE, USUAL_TAU_S
+from .constants import (
+           DROP_MIN,
+           DROP_MIN_LIGHT,
+           DROP_SHARE,
+           EPOCH,
+           KIND,
+           LEVEL,
+           RUNBOOK,
+           SHARED_DROP_SHARE,
+           STAGE,
+           USUAL_TAU_S,
+)
 from .detector import Detector
 from .features import FEATURES, features
 from .rules import applies, baseline, decide, held_back
+from .seen import SEEN, StarvedSeen
 from .window import GpuWindow, HostWindow
 from .wording import cause, describe
 
-__all__ = ["DROP_MIN", "DROP_MIN_LIGHT", "DROP_SHARE", "EPOCH", "FEATURES", "KIND", "LEVEL", "SHARED_DROP_SHARE",
-           "STAGE", "USUAL_TAU_S", "Detector", "GpuWindow", "HostWindow", "applies", "baseline", "cause", "decide",
-           "describe", "features", "held_back"]
+__all__ = ["DROP_MIN", "DROP_MIN_LIGHT", "DROP_SHARE", "EPOCH", "FEATURES", "KIND", "LEVEL", "RUNBOOK", "SEEN",
+           "SHARED_DROP_SHARE", "STAGE", "StarvedSeen", "USUAL_TAU_S", "applies", "baseline", "cause", "decide",
+           "describe", "Detector", "features", "GpuWindow", "held_back", "HostWindow"]

@@ -14,6 +14,7 @@ KIND = "io_starvation"       # the alert kind, and the registry's key
 STAGE = "node"               # runs on the node stage: each node's messages, in ts order
 EPOCH = "node"               # decide() takes one node's epoch: every job judged on the node at once
 LEVEL = "job"                # its alerts name a job on a node
+RUNBOOK = "runbooks/io_starvation.md"    # its page in the manual (docs/): what to check and do
 
 # -- a job's usual work and its fall ------------------------------------------------------------------------------
 USUAL_TAU_S = 3600.0         # s, time constant of a GPU's usual utilization (a moving average): an hour, longer than

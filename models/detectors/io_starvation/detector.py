@@ -9,7 +9,9 @@ from ..base import (
     EPOCH_S,
     Decider,
     Incidents,
-    Recorder,
+    Judge,
+    NodeContext,
+    Seen,
     StateError,
     mean,
     not_nan,
@@ -18,6 +20,7 @@ from ..base import (
 from .constants import KIND, PERCENT, SECONDS_PER_MINUTE, USUAL_TAU_S
 from .features import FEATURES, features
 from .rules import decide, held_back
+from .seen import StarvedSeen
 from .window import GpuWindow, HostWindow
 from .wording import cause, describe
 
@@ -38,17 +41,16 @@ class Detector:
     def add(self, msg, decider: Decider, ctx) -> None:
         """One node message (in ts order); GPUs in ``ctx.flags.quiet`` (just restarted) are left out, and
         the jobs starved of input go into ``ctx.flags.starved``."""
-        self._add(msg, decider, ctx.out, ctx.tenant_of, ctx.flags.quiet, ctx.recorder)
+        self._add(msg, decider, ctx)
         ctx.flags.starved |= self.starved_jobs()
 
-    def _add(self, msg, decider: Decider, out: Output, tenant_of: dict, quiet: set[str],
-             recorder: Recorder | None) -> None:
+    def _add(self, msg, decider: Decider, ctx: NodeContext) -> None:
         ts = msg.ts
         self.interval = msg.interval_s or self.interval
         epoch_s = max(EPOCH_S, self.interval)
         epoch = int(ts // epoch_s)
         if self.epoch is not None and epoch > self.epoch:
-            self._evaluate(msg.node, msg.pool, (self.epoch + 1) * epoch_s, decider, out, tenant_of, quiet, recorder)
+            self._evaluate(msg.node, msg.pool, (self.epoch + 1) * epoch_s, decider, ctx)
         self.epoch = epoch
         host = msg.host
         if host is not None:
@@ -66,8 +68,8 @@ class Detector:
         for uuid in [u for u, w in self.gpus.items() if not w.data or w.last_ts() <= cutoff]:
             del self.gpus[uuid]
 
-    def _evaluate(self, node: str, pool, at: float, decider: Decider, out: Output, tenant_of: dict,
-                  quiet: set[str], recorder: Recorder | None) -> None:
+    def _evaluate(self, node: str, pool, at: float, decider: Decider, ctx: NodeContext) -> None:
+        out, tenant_of, quiet, recorder = ctx.out, ctx.tenant_of, ctx.flags.quiet, ctx.recorder
         start = at - window_s(self.interval)
         by_job: dict[str, tuple[list[float], list[float], set[float]]] = {}   # utils, has_process, GPU indices
         job_usual: dict[str, list[float]] = {}
@@ -82,7 +84,7 @@ class Detector:
                 last_job = w.last_job()
                 recorder("idle", f"idle:{uuid}", at, [now / PERCENT, max(u) / PERCENT,
                                                        1.0 if last_job is not None else 0.0],
-                         {"node": node, "gpu_uuid": uuid, "job": last_job, "index": w.last_index()})
+                         Seen(node=node, gpu_uuid=uuid, job=last_job))
             job = w.job_of(j - 1) if j > i else None
             if job is None:
                 continue
@@ -111,11 +113,11 @@ class Detector:
             target = f"{node}/{job}"
             path, also = cause(x)
             f = dict(zip(FEATURES, x))
-            info = {"node": node, "job": job, "tenant": tenant_of.get(job), "pool": pool, "score": round(score, 4),
-                    "gpus": gpus, "util": f["util_mean"] * PERCENT,
-                    "iowait": f["iowait"] * PERCENT, "disk": f["disk_read_gbps"], "net": f["net_rx_gbps"],
-                    "cpu": f["host_cpu"] * PERCENT, "cause": path, "also_seen": also, "target": target,
-                    "window_min": window_s(self.interval) / SECONDS_PER_MINUTE}
+            info = StarvedSeen(node=node, job=job, tenant=tenant_of.get(job), pool=pool, score=round(score, 4),
+                               gpus=gpus, util=f["util_mean"] * PERCENT,
+                               iowait=f["iowait"] * PERCENT, disk=f["disk_read_gbps"], net=f["net_rx_gbps"],
+                               cpu=f["host_cpu"] * PERCENT, cause=path, also_seen=also, target=target,
+                               window_min=window_s(self.interval) / SECONDS_PER_MINUTE)
             epoch.append((f"{KIND}:{target}", x, info, score))
         for (key, x, info, _), positive in zip(epoch, decide(epoch, decider)):
             seen.add(key)
@@ -123,12 +125,12 @@ class Detector:
                 recorder(KIND, key, at, x, info)
             if positive and held_back(key, info, self.incidents):
                 positive = False
-                held.add(info["job"])    # not paged, but starved with the node's input path: not a straggler
-            self.incidents.observe(key, positive, at, decider, info, out, describe)
+                held.add(str(info.job))  # not paged, but starved with the node's input path: not a straggler
+            self.incidents.observe(key, positive, at, info, Judge(decider, out, describe))
         self.held = held
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
-                self.incidents.observe(key, False, at, decider, {}, out, describe)
+                self.incidents.observe(key, False, at, None, Judge(decider, out, describe))
 
     @property
     def usual(self) -> dict[str, tuple[float, float, str]]:
@@ -140,9 +142,12 @@ class Detector:
         last epoch but held back (:func:`held_back`): the other detectors leave them all out alike."""
         return {k.split("/", 1)[1] for k in self.incidents.keys(f"{KIND}:")} | self.held
 
-    def silence(self, ts: float, out: Output) -> None:
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """The node stopped reporting at ``ts``: its incidents resolve, "no telemetry since"."""
         self.incidents.close_all(ts, describe, out, "no_telemetry")
+
+    def end(self, ts: float, out: Output) -> None:
+        """A node's detector never ends: the node goes silent instead."""
 
     def to_state(self) -> dict:
         return {"gpus": {u: w.to_state() for u, w in self.gpus.items()},
@@ -157,7 +162,7 @@ class Detector:
             d.gpus = {u: GpuWindow.from_state(w, "IO starvation detector") for u, w in state["gpus"].items()}
             d.host = HostWindow.from_state(state["host"], "IO starvation detector")
             d.epoch, d.interval = state["epoch"], state["interval"]
-            d.incidents = Incidents.from_state(state["incidents"])
+            d.incidents = Incidents.from_state(state["incidents"], StarvedSeen)
             d.held = {str(job) for job in state.get("held", ())}          # absent: saved before it was kept
             for u, (v, at, job) in state.get("usual", {}).items():
                 w = d.gpus.get(u)        # a GPU's usual level goes with its window

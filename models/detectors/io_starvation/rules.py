@@ -16,6 +16,7 @@ from .constants import (
     SHARED_DROP_SHARE,
 )
 from .features import DROP_AT, FEATURES, HOST_KNOWN_AT, PROCS_AT, UTIL_AT
+from .seen import StarvedSeen
 
 
 def applies(x: list[float]) -> bool:
@@ -37,7 +38,7 @@ def baseline(x: list[float]) -> bool:
     """The rule an operator writes first: iowait above 10% while utilization is under half."""
     return x[FEATURES.index("iowait")] >= BASELINE_IOWAIT and x[FEATURES.index("util_mean")] < BASELINE_UTIL
 
-def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:
+def decide(scored: list[tuple[str, list[float], StarvedSeen, float]], decider: Decider) -> list[bool]:
     """One epoch of one node, every job judged on it: ``(key, features, info, score)`` each. A job is starved
     where the question applies and its score passes the threshold, unless another job of the node, starved in
     the same epoch, fell more than twice as far below its usual work (``SHARED_DROP_SHARE``): the host's input
@@ -47,11 +48,11 @@ def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider)
     furthest = max((x[DROP_AT] for (_, x, _, _), j in zip(scored, judged) if j), default=0.0)
     return [j and x[DROP_AT] >= SHARED_DROP_SHARE * furthest for (_, x, _, _), j in zip(scored, judged)]
 
-def held_back(key: str, info: dict, incidents: Incidents) -> bool:
+def held_back(key: str, info: StarvedSeen, incidents: Incidents) -> bool:
     """A job not paged yet, while another job's starvation incident is open on its node: the node's input path
     is paged already (a job beside a starved one slows with the host; it does not wait for input of its own).
     Training replays its incidents through this same rule."""
     if incidents.is_open(key):
         return False
-    prefix = f"{KIND}:{info['node']}/"
+    prefix = f"{KIND}:{info.node}/"
     return any(k != key and k.startswith(prefix) and incidents.is_open(k) for k in incidents.by_key)

@@ -25,7 +25,10 @@ class GpuWindow(Window):
     __slots__ = ("runs", "usual", "usual_at", "usual_job")
     FIELDS = ("ts", "util")
     SAVED = ("ts", "util", "has_process", "job", "gpu_index")
-    RUN = 4                          # job, has_process (1.0 when the GPU held a compute process), gpu_index, count
+    # a run's values, by name: its job, has_process (1.0 when the GPU held a compute process), gpu_index, and how
+    # many samples in a row had them (kept flat, RUN values a run: a run takes 32 bytes)
+    JOB, HAS_PROCESS, INDEX, COUNT = range(4)
+    RUN = 4
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,27 +46,22 @@ class GpuWindow(Window):
             self.drop_through(cutoff)
 
     def _expand(self, field: int, i: int, j: int) -> list:
-        """Field ``field`` of the runs (0 job, 1 has_process, 2 gpu_index) for samples ``i`` to ``j`` (past the
-        last)."""
+        """Field ``field`` of the runs (JOB, HAS_PROCESS, INDEX) for samples ``i`` to ``j`` (past the last)."""
         return runs_of(self.runs, self.RUN, field, i, j)
 
     @property
     def jobs(self) -> list[str | None]:
         """The job of each sample, oldest first."""
-        return self._expand(0, 0, len(self))
+        return self._expand(self.JOB, 0, len(self))
 
     def columns(self, i: int, j: int) -> list[list[float]]:
         """Samples ``i`` to ``j`` (past the last): ts, util, has_process and gpu_index, one list each."""
         ts, util = super().columns(i, j)
-        return [ts, util, self._expand(1, i, j), self._expand(2, i, j)]
+        return [ts, util, self._expand(self.HAS_PROCESS, i, j), self._expand(self.INDEX, i, j)]
 
     def last_job(self) -> str | None:
         """The newest sample's job (the window is not empty)."""
-        return self.runs[-4]
-
-    def last_index(self) -> int:
-        """The newest sample's GPU index (the window is not empty)."""
-        return self.runs[-2]
+        return self.runs[self.JOB - self.RUN]
 
     def _run_of(self, k: int) -> tuple[int, int]:
         """The run holding sample ``k`` (0 is the oldest; its position in ``runs``) and that run's first sample."""
@@ -71,24 +69,25 @@ class GpuWindow(Window):
         r = len(runs)
         while r:                     # from the newest run: the one asked for is usually the last
             r -= self.RUN
-            first -= runs[r + 3]
+            first -= runs[r + self.COUNT]
             if first <= k:
                 return r, first
         raise IndexError(k)
 
     def job_of(self, k: int) -> str | None:
         """The job of sample ``k`` (0 is the oldest)."""
-        return self.runs[self._run_of(k)[0]]
+        return self.runs[self._run_of(k)[0] + self.JOB]
 
     def since_job(self, i: int, j: int) -> int:
         """The first of samples ``i`` to ``j`` (past the last) that belong to the last one's job: the samples of
         the job before it on this GPU say nothing of this one's work."""
         runs = self.runs
         r, first = self._run_of(j - 1)
-        job = runs[r]
-        while first > i and r and runs[r - self.RUN] == job:     # the job's earlier runs (a process came or went)
+        job = runs[r + self.JOB]
+        # the job's earlier runs (a process came or went)
+        while first > i and r and runs[r - self.RUN + self.JOB] == job:
             r -= self.RUN
-            first -= runs[r + 3]
+            first -= runs[r + self.COUNT]
         return max(i, first)
 
     def drop_through(self, cutoff: float) -> int:
@@ -99,8 +98,8 @@ class GpuWindow(Window):
     def to_state(self) -> dict:
         columns = super().to_state()
         n = len(self)
-        return {"ts": columns["ts"], "util": columns["util"], "has_process": self._expand(1, 0, n),
-                "job": self._expand(0, 0, n), "gpu_index": self._expand(2, 0, n)}       # the order of SAVED
+        return {"ts": columns["ts"], "util": columns["util"], "has_process": self._expand(self.HAS_PROCESS, 0, n),
+                "job": self._expand(self.JOB, 0, n), "gpu_index": self._expand(self.INDEX, 0, n)}  # SAVED's order
 
     @classmethod
     def from_state(cls, state: dict, what: str) -> Self:

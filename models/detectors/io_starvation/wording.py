@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from ..base import (
-    WINDOW_S,
     Incident,
+    Seen,
+    Told,
     clip,
     ended,
     event,
@@ -20,9 +21,9 @@ from .constants import (
     KIND,
     NET_WITH_DISK_WEIGHT,
     READS_WEIGHT,
-    SECONDS_PER_MINUTE,
 )
 from .features import FEATURES
+from .seen import StarvedSeen
 
 
 def cause(x: list[float]) -> tuple[str, list[str]]:
@@ -43,23 +44,23 @@ def cause(x: list[float]) -> tuple[str, list[str]]:
     return best, seen
 
 
-def describe(status: str, info: dict, st: Incident, resolved_at: float | None) -> dict:
-    path = info["cause"]
-    disk, net = info["disk"] * GB_PER_GIB, info["net"] * GB_PER_GIB
-    fed = {"disk": f"{info['iowait']:.0f}% iowait and {disk:.2f} GiB/s of disk reads",
+def describe(status: str, info: Seen, st: Incident, resolved_at: float | None) -> dict:
+    assert isinstance(info, StarvedSeen)
+    path = info.cause
+    disk, net = info.disk * GB_PER_GIB, info.net * GB_PER_GIB
+    fed = {"disk": f"{info.iowait:.0f}% iowait and {disk:.2f} GiB/s of disk reads",
            "network": f"{net:.2f} GiB/s of network receive (disk reads {disk:.2f} GiB/s)",
-           "host cpu": f"the host's CPUs {info['cpu']:.0f}% busy feeding them"}[path]
-    what = (f"job {info['job']} on {info['node']} waits for its input data ({path}): {info['gpus']} GPU"
-            f"{'s' if info['gpus'] != 1 else ''} at {info['util']:.0f}% utilization, {fed}")
+           "host cpu": f"the host's CPUs {info.cpu:.0f}% busy feeding them"}[path]
+    what = (f"job {info.job} on {info.node} waits for its input data ({path}): {info.gpus} GPU"
+            f"{'s' if info.gpus != 1 else ''} at {info.util:.0f}% utilization, {fed}")
     if status == "firing":       # starved since the first positive window began: its window before it fired
-        starved = minutes(st) + info.get("window_min", WINDOW_S / SECONDS_PER_MINUTE)
-        summary = f"{what[0].upper()}{what[1:]}, for {starved:.0f} min"
+        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st) + info.window_min:.0f} min"
     else:
         starved = f"starved for {minutes(st, resolved_at):.0f} min"
-        summary = ended(f"Job {info['job']} on {info['node']}", st, resolved_at, starved) or \
-            f"Job {info['job']} on {info['node']} no longer waits for input data ({starved})"
-    evidence = {"cause": path, "also_seen": info["also_seen"], "util_pct": round(info["util"], 1),
-                "iowait_pct": round(info["iowait"], 1), "disk_read_gb_per_s": round(info["disk"], 3),
-                "net_rx_gb_per_s": round(info["net"], 3), "host_cpu_pct": round(info["cpu"], 1),
-                "gpus": info["gpus"], "score": info["score"]}
-    return event(KIND, info["target"], status, st, resolved_at, info, summary, evidence)
+        summary = ended(f"Job {info.job} on {info.node}", st, resolved_at, starved) or \
+            f"Job {info.job} on {info.node} no longer waits for input data ({starved})"
+    evidence = {"cause": path, "also_seen": info.also_seen, "util_pct": round(info.util, 1),
+                "iowait_pct": round(info.iowait, 1), "disk_read_gb_per_s": round(info.disk, 3),
+                "net_rx_gb_per_s": round(info.net, 3), "host_cpu_pct": round(info.cpu, 1),
+                "gpus": info.gpus, "score": info.score}
+    return event(KIND, info.target, status, st, resolved_at, info, Told(summary, evidence))

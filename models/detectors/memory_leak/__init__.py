@@ -42,8 +42,9 @@ the last one's death (a job relaunched after a crash reloads its checkpoint with
 
 The package: ``constants`` (every constant, its unit and why), ``storage`` (a GPU's per-minute peaks and its
 process's track), ``statistics`` (robust slopes, steadiness, trends), ``features`` (what the trees read, the time
-to the OOM, a runaway), ``rules`` (when a process is judged; what opens, holds back or hastens an incident),
-``wording`` (what a page says) and ``detector`` (the stream's loop over one node).
+to the OOM, a runaway), ``seen`` (what a minute showed: the evidence, typed), ``rules`` (when a process is judged;
+what opens, holds back or hastens an incident), ``wording`` (what a page says) and ``detector`` (the stream's loop
+over one node).
 """
 from .constants import (
     CRITICAL_MIN,
@@ -54,6 +55,7 @@ from .constants import (
     RESTART_QUIET_S,
     RUNAWAY_MIN,
     RUNAWAY_STEP,
+    RUNBOOK,
     SHARED_PEERS,
     STAGE,
     WARMUP_MIN,
@@ -61,10 +63,11 @@ from .constants import (
 from .detector import Detector
 from .features import FEATURES, features, features_many, minutes_to_oom, oom_estimate, runaway
 from .rules import applies, baseline, decide, held_back, shared, urgent
+from .seen import SEEN, LeakSeen
 from .storage import MemoryTrack, Peaks
 from .wording import describe
 
-__all__ = ["CRITICAL_MIN", "FEATURES", "HISTORY_MINUTES", "KIND", "LEVEL", "LOAD_MINUTES", "RESTART_QUIET_S",
-           "RUNAWAY_MIN", "RUNAWAY_STEP", "SHARED_PEERS", "STAGE", "WARMUP_MIN", "Detector", "MemoryTrack", "Peaks",
-           "applies", "baseline", "decide", "describe", "features", "features_many", "held_back", "minutes_to_oom",
-           "oom_estimate", "runaway", "shared", "urgent"]
+__all__ = ["RUNBOOK", "CRITICAL_MIN", "FEATURES", "HISTORY_MINUTES", "KIND", "LEVEL", "LOAD_MINUTES", "RESTART_QUIET_S",
+           "RUNAWAY_MIN", "RUNAWAY_STEP", "SHARED_PEERS", "STAGE", "WARMUP_MIN", "SEEN", "LeakSeen", "Detector",
+           "MemoryTrack", "Peaks", "applies", "baseline", "decide", "describe", "features", "features_many",
+           "held_back", "minutes_to_oom", "oom_estimate", "runaway", "shared", "urgent"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 KIND = "memory_leak"         # the alert kind, and the registry's key
 STAGE = "node"               # runs on the node stage: each node's messages, in ts order
 LEVEL = "gpu"                # its alerts name a GPU (its process)
+RUNBOOK = "runbooks/memory_leak.md"    # its page in the manual (docs/): what to check and do
 
 # -- the history and its windows -----------------------------------------------------------------------------------
 HISTORY_MINUTES = 61         # minutes of peaks kept: an hour, and the minute it starts from

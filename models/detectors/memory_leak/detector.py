@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from array import array
+from dataclasses import replace
 
 from gpufleet.contracts.output import Output
 
 from ..base import (
     Decider,
     Incidents,
+    Judge,
     Recorder,
     StateError,
 )
@@ -23,6 +25,7 @@ from .constants import (
 )
 from .features import features_many, oom_estimate, runaway
 from .rules import decide, held_back, restart, shared, urgent
+from .seen import LeakSeen
 from .storage import MemoryTrack, Peaks
 from .wording import describe
 
@@ -47,7 +50,8 @@ class Detector:
             key = f"{KIND}:{uuid}"
             st = self.incidents.by_key.get(key)
             if st is not None:
-                st.info = {**st.info, "used_gb": peak / BYTES_PER_GB, "total_gb": total / BYTES_PER_GB}
+                assert isinstance(st.info, LeakSeen)
+                st.info = replace(st.info, used_gb=peak / BYTES_PER_GB, total_gb=total / BYTES_PER_GB)
                 reason = "out_of_memory" if peak >= OOM_SHARE * total else "process_ended"
                 self.incidents.close(key, msg.ts, describe, ctx.out, reason)
         if due:
@@ -100,28 +104,31 @@ class Detector:
             key = f"{KIND}:{g.uuid}"
             if x is None:
                 if key in self.incidents.by_key:
-                    self.incidents.observe(key, False, msg.ts, decider, {}, out, describe)
+                    self.incidents.observe(key, False, msg.ts, None, Judge(decider, out, describe))
                 continue
             score = next(scores)
             oom, rate, over = oom_estimate(x)
             if run is not None and run[0] < oom:          # the nearest estimate: a runaway's own minutes
                 oom, rate, over = run
-            info = {"node": msg.node, "gpu_uuid": g.uuid, "job": g.job, "tenant": g.tenant, "pool": msg.pool,
-                    "index": g.index, "pid": pid, "score": round(score, 4),
-                    "rate_gb_h": rate * total / BYTES_PER_GB, "used_gb": used / BYTES_PER_GB,
-                    "total_gb": total / BYTES_PER_GB, "to_oom_min": oom, "rate_over_min": over,
-                    "severity": "critical" if oom <= CRITICAL_MIN else "warning", "shared": next(flags),
-                    "runaway": run is not None}
+            info = LeakSeen(node=msg.node, gpu_uuid=g.uuid, job=g.job, tenant=g.tenant, pool=msg.pool,
+                            index=g.index, pid=pid, score=round(score, 4),
+                            rate_gb_h=rate * total / BYTES_PER_GB, used_gb=used / BYTES_PER_GB,
+                            total_gb=total / BYTES_PER_GB, to_oom_min=oom, rate_over_min=over,
+                            severity="critical" if oom <= CRITICAL_MIN else "warning", shared=next(flags),
+                            runaway=run is not None)
             if recorder is not None:
                 recorder(KIND, key, msg.ts, x, info)
             positive, now = decide(x, score, decider, info), urgent(x, score, decider, info)
             if positive and not now and held_back(key, info, self.incidents):
                 positive = False
-            self.incidents.observe(key, positive, msg.ts, decider, info, out, describe, urgent=now)
+            self.incidents.observe(key, positive, msg.ts, info, Judge(decider, out, describe), urgent=now)
 
-    def silence(self, ts: float, out: Output) -> None:
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """The node stopped reporting at ``ts``: its incidents resolve, "no telemetry since"."""
         self.incidents.close_all(ts, describe, out, "no_telemetry")
+
+    def end(self, ts: float, out: Output) -> None:
+        """A node's detector never ends: the node goes silent instead."""
 
     def to_state(self) -> dict:
         return {"tracks": {u: m.to_state() for u, m in self.tracks.items()}, "incidents": self.incidents.to_state()}
@@ -131,7 +138,7 @@ class Detector:
         d = cls()
         try:
             d.tracks = {u: MemoryTrack.from_state(m) for u, m in state["tracks"].items()}
-            d.incidents = Incidents.from_state(state["incidents"])
+            d.incidents = Incidents.from_state(state["incidents"], LeakSeen)
         except (KeyError, AttributeError):
             raise StateError("memory leak detector: saved state lacks tracks or incidents") from None
         return d

@@ -9,6 +9,7 @@ from ..base import (
 )
 from .constants import BASELINE_HEADROOM, CRITICAL_MIN, RESTART_QUIET_S, SHARED_PEERS, SHARED_RATE_SHARE, WARMUP_MIN
 from .features import FEATURES, SLOPE_30_AT, oom_estimate
+from .seen import LeakSeen
 from .storage import MemoryTrack
 
 
@@ -28,7 +29,7 @@ def baseline(x: list[float]) -> bool:
     """The rule an operator writes first: less than 10% of the memory left."""
     return x[FEATURES.index("headroom")] < BASELINE_HEADROOM
 
-def decide(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+def decide(x: list[float], score: float, decider: Decider, info: LeakSeen | None = None) -> bool:
     return applies(x) and (score >= decider.threshold or urgent(x, score, decider, info))
 
 def shared(windows: Sequence[tuple[list[float], object]]) -> list[bool]:
@@ -40,18 +41,18 @@ def shared(windows: Sequence[tuple[list[float], object]]) -> list[bool]:
     return [ok and sum(1 for j, s in rising if j != job and s >= SHARED_RATE_SHARE * x[SLOPE_30_AT]) >= SHARED_PEERS
             for (x, job), ok in zip(windows, judged)]
 
-def held_back(key: str, info: dict, incidents: Incidents) -> bool:
+def held_back(key: str, info: LeakSeen, incidents: Incidents) -> bool:
     """A positive window whose rise is shared with other jobs (:func:`shared`) opens no incident; one already paged
     goes on. Training replays its incidents through this same rule (urgent windows are never held back)."""
-    return bool(info.get("shared")) and not incidents.is_open(key)
+    return info.shared and not incidents.is_open(key)
 
-def urgent(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+def urgent(x: list[float], score: float, decider: Decider, info: LeakSeen | None = None) -> bool:
     """A positive window that opens the incident at once: a runaway (the window's ``info`` says so, whatever the
     score), or the memory runs out within ``CRITICAL_MIN`` at the nearer estimate and the score is at least the
     model's ``urgent_score`` (or the threshold, where that is lower; never, where the model has none)."""
     if not applies(x):
         return False
-    if info is not None and info.get("runaway"):
+    if info is not None and info.runaway:
         return True
     least = decider.urgent_score
     return least is not None and score >= min(least, decider.threshold) and oom_estimate(x)[0] <= CRITICAL_MIN

@@ -40,17 +40,30 @@ Precedence: memory leak restart > IO starvation > straggler; the evidence names 
 reason, or a slow GPU without throttling: its host, link or input) and what else was seen.
 
 The package: ``constants`` (every constant, its unit and why), ``window`` (each GPU's samples and the job's
-lockstep history), ``features`` (each GPU or node against its peers), ``rules`` (when the question applies, what
-counts as evidence, the decision of one epoch), ``wording`` (what a page says) and ``detector`` (the stream's
-loop over one job).
+lockstep history), ``features`` (each GPU or node against its peers), ``seen`` (what an epoch showed: the evidence,
+typed), ``rules`` (when the question applies, what counts as evidence, the decision of one epoch), ``wording``
+(what a page says) and ``detector`` (the stream's loop over one job).
 """
-from .constants import BIG_MOVE, BUSY_UTIL, EPOCH, KIND, LEVEL, LOCKSTEP_EPOCHS, MIN_SLOWDOWN, STAGE, WORKING_UTIL
+from .constants import (
+           BIG_MOVE,
+           BUSY_UTIL,
+           EPOCH,
+           KIND,
+           LEVEL,
+           LOCKSTEP_EPOCHS,
+           MIN_SLOWDOWN,
+           RUNBOOK,
+           STAGE,
+           WORKING_UTIL,
+)
 from .detector import Detector
 from .features import FEATURES, Peers, Stats, features, peer_medians, stats_of
 from .rules import applies, baseline, decide, lockstep, paused_together, urgent
+from .seen import SEEN, StragglerSeen
 from .window import Epochs, JobWindow
 from .wording import describe
 
-__all__ = ["BIG_MOVE", "BUSY_UTIL", "EPOCH", "FEATURES", "KIND", "LEVEL", "LOCKSTEP_EPOCHS", "MIN_SLOWDOWN", "STAGE",
-           "WORKING_UTIL", "Detector", "Epochs", "JobWindow", "Peers", "Stats", "applies", "baseline", "decide",
-           "describe", "features", "lockstep", "paused_together", "peer_medians", "stats_of", "urgent"]
+__all__ = ["BIG_MOVE", "BUSY_UTIL", "EPOCH", "FEATURES", "KIND", "LEVEL", "LOCKSTEP_EPOCHS", "MIN_SLOWDOWN", "RUNBOOK",
+           "SEEN", "STAGE", "StragglerSeen", "WORKING_UTIL", "applies", "baseline", "decide", "describe", "Detector",
+           "Epochs", "features", "JobWindow", "lockstep", "paused_together", "peer_medians", "Peers", "Stats",
+           "stats_of", "urgent"]

@@ -14,6 +14,7 @@ KIND = "straggler"           # the alert kind, and the registry's key
 STAGE = "job"                # runs on the job stage: every GPU of the job, from every node, in (ts, node) order
 EPOCH = "job"                # decide() takes one job's epoch: every GPU and node of the job at once
 LEVEL = "gpu"                # its alerts name a GPU (a whole slow node is named by its node)
+RUNBOOK = "runbooks/straggler.md"    # its page in the manual (docs/): what to check and do
 
 # -- when a job is judged ---------------------------------------------------------------------------------------
 WORKING_UTIL = 40.0          # %, the job's median utilization under which it is not judged: a checkpoint, an

@@ -1,6 +1,8 @@
 """The straggler detector of one job: its samples in, an epoch judged, incidents out."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpufleet.contracts.jobsample import CLOCK, CLOCK_MAX, INDEX, POWER, POWER_LIMIT, TEMP, THROTTLE, UTIL, UUID
 from gpufleet.contracts.output import Output
 
@@ -8,7 +10,9 @@ from ..base import (
     EPOCH_S,
     Decider,
     Incidents,
-    Recorder,
+    JobContext,
+    JobItem,
+    Judge,
     StateError,
     median,
     union,
@@ -17,6 +21,7 @@ from ..base import (
 from .constants import KIND
 from .features import bits_of, features, peer_medians, stats_of, typical
 from .rules import decide, lockstep_of, paused_together_of, urgent
+from .seen import StragglerSeen
 from .window import W_THROTTLE, Epochs, JobWindow, history_from_state, history_state
 from .wording import describe, numbers
 
@@ -40,9 +45,9 @@ class Detector:
         self.limits: dict[str, float] = {}              # uuid -> its latest power limit, W (where reported)
         self.incidents = Incidents()
 
-    def add(self, job: str, ts: float, node: str, sample: dict, tenant, pool, decider: Decider, out: Output,
-            recorder: Recorder | None) -> None:
+    def add(self, item: JobItem, decider: Decider, ctx: JobContext) -> None:
         """One node's job sample (in (ts, node) order); its ``io``/``quiet`` flags come from the node stage."""
+        ts, node, sample = item.ts, item.node, item.sample
         if sample.get("interval"):
             self.intervals[node] = sample["interval"]
         if self.intervals:
@@ -50,7 +55,7 @@ class Detector:
         epoch_s = max(EPOCH_S, self.interval)
         epoch = int(ts // epoch_s)
         if self.epoch is not None and epoch > self.epoch:
-            self.evaluate(job, (self.epoch + 1) * epoch_s, tenant, pool, decider, out, recorder)
+            self.evaluate((self.epoch + 1) * epoch_s, decider, ctx)
         self.epoch = epoch
         wait = window_s(self.interval)
         if sample.get("io"):
@@ -82,8 +87,8 @@ class Detector:
                 self.epoch = int(self.epoch * max(EPOCH_S, self.interval) // max(EPOCH_S, interval))
             self.interval = interval
 
-    def evaluate(self, job: str, at: float, tenant, pool, decider: Decider, out: Output,
-                 recorder: Recorder | None) -> None:
+    def evaluate(self, at: float, decider: Decider, ctx: JobContext) -> None:
+        out, recorder = ctx.out, ctx.recorder
         start = at - window_s(self.interval)
         self.quiet = {k: until for k, until in self.quiet.items() if until > start}
         windows: dict[str, list[list[float]]] = {}
@@ -107,29 +112,27 @@ class Detector:
         self.paused = self.paused or paused_together_of(self.history.last(3))
         # nor while a node of the job is starved of input
         held = independent or any(n in self.quiet for n in nodes)
-        entries: list[tuple[str, list[float], dict]] = []
-        base = {"job": job, "tenant": tenant, "pool": pool, "independent": independent, "paused": self.paused,
-                "window_s": at - start}
+        entries: list[tuple[str, list[float], StragglerSeen]] = []
+        job = StragglerSeen(job=ctx.job, tenant=ctx.tenant, pool=ctx.pool, independent=independent,
+                            paused=self.paused, window_s=at - start, held=held)   # what every entry shares
         if multi:                    # a whole slow node, against the job's other nodes
             node_stats = {n: typical([stats[u] for u in stats if self.where[u][0] == n]) for n in nodes}
             node_peers = peer_medians(node_stats)
             for n, x in features(node_stats, expected, True, node_peers).items():
                 bits = union(b for u in windows if self.where[u][0] == n for b in bits_of(windows[u][W_THROTTLE]))
-                entries.append((n, x, {**base, "node": n, "target": n, "level": "node", "peers": len(nodes) - 1,
-                                       "gpus": sum(1 for u in stats if self.where[u][0] == n), "bits": bits,
-                                       **numbers(node_stats, n, x, node_peers),
-                                       **self._limits([u for u in stats if self.where[u][0] == n],
-                                                      [u for u in stats if self.where[u][0] != n])}))
+                entries.append((n, x, replace(
+                    job, node=n, target=n, level="node", peers=len(nodes) - 1,
+                    gpus=sum(1 for u in stats if self.where[u][0] == n), bits=bits,
+                    **numbers(node_stats, n, x, node_peers),
+                    **self._limits([u for u in stats if self.where[u][0] == n],
+                                   [u for u in stats if self.where[u][0] != n]))))
         peers = peer_medians(stats)
         for uuid, x in features(stats, expected, multi, peers).items():
             node, index = self.where[uuid]
-            entries.append((uuid, x, {**base, "node": node, "gpu_uuid": uuid, "index": index, "target": uuid,
-                                      "level": "gpu", "peers": len(stats) - 1,
-                                      "bits": union(bits_of(windows[uuid][W_THROTTLE])),
-                                      "held": held or uuid in self.quiet, **numbers(stats, uuid, x, peers),
-                                      **self._limits([uuid], [u for u in stats if u != uuid])}))
-        for _, _, info in entries:
-            info.setdefault("held", held)
+            entries.append((uuid, x, replace(
+                job, node=node, gpu_uuid=uuid, index=index, target=uuid, level="gpu", peers=len(stats) - 1,
+                bits=union(bits_of(windows[uuid][W_THROTTLE])), held=held or uuid in self.quiet,
+                **numbers(stats, uuid, x, peers), **self._limits([uuid], [u for u in stats if u != uuid]))))
         scores = decider.score_many([x for _, x, _ in entries])
         scored = [(target, x, info, score) for (target, x, info), score in zip(entries, scores)]
         positives = decide(scored, decider)
@@ -137,14 +140,14 @@ class Detector:
         for (target, x, info, score), positive in zip(scored, positives):
             key = f"{KIND}:{target}"
             seen.add(key)
-            info["score"] = round(score, 4)
+            info.score = round(score, 4)
             if recorder is not None:
                 recorder(KIND, key, at, x, info)
-            self.incidents.observe(key, positive, at, decider, info, out, describe,
+            self.incidents.observe(key, positive, at, info, Judge(decider, out, describe),
                                    urgent=positive and urgent(x, score, decider, info))
         for key in self.incidents.keys(f"{KIND}:"):
             if key not in seen:
-                self.incidents.observe(key, False, at, decider, {}, out, describe)
+                self.incidents.observe(key, False, at, None, Judge(decider, out, describe))
 
     def _limits(self, mine: list[str], others: list[str]) -> dict:
         """The power limit of a GPU (a node: its typical GPU's) and its peers' median, W (None where unknown)."""
@@ -166,9 +169,13 @@ class Detector:
         self.gpus, self.where, self.epoch, self.quiet, self.paused, self.intervals = {}, {}, None, {}, False, {}
         self.history.clear()
 
-    def node_silent(self, node: str, ts: float, out: Output) -> None:
+    def silence(self, ts: float, out: Output, node: str | None = None) -> None:
         """A node of the job stopped reporting at ``ts``: the incidents on it (the node, its GPUs) resolve, "no
-        telemetry since", and its GPUs leave the comparison."""
+        telemetry since", and its GPUs leave the comparison (without ``node``: every node of the job)."""
+        if node is None:
+            for n in sorted({n for n, _ in self.where.values()} | set(self.intervals)):
+                self.silence(ts, out, n)
+            return
         gone = [u for u, (n, _) in self.where.items() if n == node]
         keys = [k for k in self.incidents.keys(f"{KIND}:") if k.split(":", 1)[1] in (node, *gone)]
         self.incidents.close_all(ts, describe, out, "no_telemetry", keys=keys)
@@ -192,7 +199,7 @@ class Detector:
             d.gpus = {u: JobWindow.from_state(w, "straggler detector") for u, w in state["gpus"].items()}
             d.where = {u: (w["node"], w["index"]) for u, w in state["where"].items()}
             d.epoch, d.interval, d.quiet = state["epoch"], state["interval"], dict(state["quiet"])
-            d.incidents = Incidents.from_state(state["incidents"])
+            d.incidents = Incidents.from_state(state["incidents"], StragglerSeen)
             for epoch in history_from_state(state.get("history")):      # absent: saved before it was kept
                 d._remember(epoch)
             d.paused = bool(state.get("paused", False))                  # absent: saved before it was kept

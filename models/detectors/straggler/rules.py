@@ -24,6 +24,7 @@ from .constants import (
     WORKING_UTIL,
 )
 from .features import CLOCK_DEFICIT_AT, FEATURES, SLOWDOWN_AT
+from .seen import StragglerSeen
 
 
 def lockstep(history: Sequence[dict[str, float]]) -> bool:
@@ -100,7 +101,7 @@ def baseline(x: list[float]) -> bool:
     """The rule an operator writes first: throttled (not at the power cap) for half the window."""
     return x[FEATURES.index("throttle_frac")] >= BASELINE_THROTTLED_SHARE
 
-def urgent(x: list[float], score: float, decider: Decider, info: dict | None = None) -> bool:
+def urgent(x: list[float], score: float, decider: Decider, info: StragglerSeen | None = None) -> bool:
     """A positive window sure enough to open the incident at once: its score at least the model's
     ``urgent_score`` (and the threshold; never, where the model has none). A clear straggler is paged on its
     first slow epoch; a doubtful one waits ``persist_on`` epochs."""
@@ -108,19 +109,18 @@ def urgent(x: list[float], score: float, decider: Decider, info: dict | None = N
     return least is not None and applies(x) and score >= max(least, decider.threshold)
 
 
-def decide(scored: list[tuple[str, list[float], dict, float]], decider: Decider) -> list[bool]:
+def decide(scored: list[tuple[str, list[float], StragglerSeen, float]], decider: Decider) -> list[bool]:
     """One epoch of one job: positive windows, where the question applies; a slow node's own alert covers
     its GPUs. Training replays recorded epochs through this same function."""
-    def judged_slow(x: list[float], info: dict, score: float) -> bool:
-        return not info.get("held") and applies(x) and score >= decider.threshold and x[SLOWDOWN_AT] >= MIN_SLOWDOWN \
-            and (x[CLOCK_DEFICIT_AT] >= MIN_SLOWDOWN or info.get("paused", True))
+    def judged_slow(x: list[float], info: StragglerSeen, score: float) -> bool:
+        return not info.held and applies(x) and score >= decider.threshold and x[SLOWDOWN_AT] >= MIN_SLOWDOWN \
+            and (x[CLOCK_DEFICIT_AT] >= MIN_SLOWDOWN or info.paused)
 
-    slow_nodes = {info["node"] for _, x, info, score in scored
-                  if info.get("level") == "node" and judged_slow(x, info, score)}
+    slow_nodes = {info.node for _, x, info, score in scored if info.level == "node" and judged_slow(x, info, score)}
     out = []
     for _, x, info, score in scored:
         positive = judged_slow(x, info, score)
-        if info.get("level") == "gpu" and info["node"] in slow_nodes:
+        if info.level == "gpu" and info.node in slow_nodes:
             positive = False
         out.append(positive)
     return out

@@ -1,6 +1,7 @@
 """What the detectors share: the registry, the model artifact, incidents, windows, scoring, wording."""
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -8,7 +9,8 @@ from gpufleet.contracts.output import Output
 from gpufleet.models import evaluate
 from gpufleet.models.artifact import Model, ModelError
 from gpufleet.models.detectors import KINDS, REGISTRY, io_starvation, memory_leak, straggler
-from gpufleet.models.detectors.base import Incidents, StateError
+from gpufleet.models.detectors.base import Incidents, Judge, Seen, StateError
+from gpufleet.models.detectors.straggler import StragglerSeen
 
 
 def test_every_detector_is_one_package_in_the_registry():
@@ -75,7 +77,7 @@ def test_incidents_fire_once_and_resolve_with_one_id():
 
     for ts, positive in ((0, True), (30, False), (60, True), (90, True), (120, True), (150, False), (180, True),
                          (210, False), (240, False), (270, False), (300, False)):
-        inc.observe("straggler:g", positive, ts, km, {}, out, describe)
+        inc.observe("straggler:g", positive, ts, Seen(), Judge(km, out, describe))
     assert out.events == [{"status": "firing", "started": 60, "detected": 90, "resolved": None},
                           {"status": "resolved", "started": 60, "detected": 90, "resolved": 210}]   # when it cleared
 
@@ -92,13 +94,13 @@ def test_a_condition_that_clears_and_returns_within_the_hold_down_is_one_inciden
     # fires at 0; clears at 60 (two negatives by 90, which would resolve without a hold-down); back at 240, within
     # 300 s of 60: the same incident; clears at 270 and stays clear: resolves once 300 s have passed, at 570
     for ts in range(0, 900, 30):
-        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, km, {}, out, describe)
+        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, Seen(), Judge(km, out, describe))
     assert out.events == [{"status": "firing", "started": 0, "resolved": None, "flaps": 0, "reason": ""},
                           {"status": "resolved", "started": 0, "resolved": 270, "flaps": 1, "reason": "cleared"}]
     km.hold_down_s = 0.0
     inc, out = Incidents(), Output()
     for ts in range(0, 900, 30):
-        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, km, {}, out, describe)
+        inc.observe("straggler:g", ts < 60 or 240 <= ts < 270, ts, Seen(), Judge(km, out, describe))
     assert [e["status"] for e in out.events] == ["firing", "resolved", "firing", "resolved"]    # two pages
 
 
@@ -108,11 +110,11 @@ def test_a_closed_incident_says_why_and_a_pending_one_is_forgotten():
     inc, out = Incidents(), Output()
 
     def describe(status, info, st, resolved_at):
-        return {"status": status, "key": info["key"], "resolved": resolved_at, "reason": st.reason}
+        return {"status": status, "key": info.target, "resolved": resolved_at, "reason": st.reason}
 
     for key in ("straggler:a", "straggler:b"):
-        inc.observe(key, True, 0, km, {"key": key}, out, describe)
-    inc.observe("straggler:a", True, 30, km, {"key": "straggler:a"}, out, describe)
+        inc.observe(key, True, 0, StragglerSeen(target=key), Judge(km, out, describe))
+    inc.observe("straggler:a", True, 30, StragglerSeen(target="straggler:a"), Judge(km, out, describe))
     inc.close_all(45, describe, out, "no_telemetry")
     assert out.events == [{"status": "firing", "key": "straggler:a", "resolved": None, "reason": ""},
                           {"status": "resolved", "key": "straggler:a", "resolved": 45, "reason": "no_telemetry"}]
@@ -128,7 +130,7 @@ def test_an_urgent_positive_opens_the_incident_at_once():
         return {"status": status, "detected": st.detected_at}
 
     for ts, positive, urgent in ((0, True, False), (60, True, False), (120, True, True), (180, True, True)):
-        inc.observe("memory_leak:g", positive, ts, km, {}, out, describe, urgent=urgent)
+        inc.observe("memory_leak:g", positive, ts, Seen(), Judge(km, out, describe), urgent=urgent)
     assert out.events == [{"status": "firing", "detected": 120}]          # not 180, the fourth in a row
 
 
@@ -262,9 +264,9 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
     rate is measured over its last 10 or 30 minutes (fewer on a short history), whatever the incident's age."""
     from gpufleet.models.detectors.base import Incident
     at = 1_800_000_000.0
-    io = {"node": "n1", "job": "train-1", "tenant": "t", "pool": "p", "score": 0.95, "gpus": 8, "util": 20.0,
-          "iowait": 30.0, "disk": 2.0, "net": 0.1, "cpu": 10.0, "cause": "disk", "also_seen": [],
-          "target": "n1/train-1", "window_min": 3.0}    # sampled every minute: a window of three samples
+    io = io_starvation.StarvedSeen(node="n1", job="train-1", tenant="t", pool="p", score=0.95, gpus=8, util=20.0,
+                                   iowait=30.0, disk=2.0, net=0.1, cpu=10.0, cause="disk", also_seen=[],
+                                   target="n1/train-1", window_min=3.0)   # sampled every minute: three samples
     first = io_starvation.describe("firing", io, Incident(1, 0, at, at, at, io), None)
     assert first["summary"].endswith("for 3 min") and first["started_at"] == first["detected_at"] == at
     later = io_starvation.describe("firing", io, Incident(3, 0, at, at + 120, at, io), None)
@@ -278,14 +280,14 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
     assert over == 30 and rate * 80e9 == pytest.approx(3e9, rel=0.01)
     short = memory_leak.features([20e9 + i * 0.05e9 for i in range(16)], 80e9, age_min=16)
     assert memory_leak.oom_estimate(short)[2] == 15                          # 16 peaks a minute apart span 15 min
-    leak = {"node": "n1", "gpu_uuid": "GPU-1", "job": "svc", "tenant": "t", "pool": "p", "index": 2, "pid": 7,
-            "score": 0.99, "rate_gb_h": rate * 80, "used_gb": 23.0, "total_gb": 80.0, "to_oom_min": oom,
-            "rate_over_min": over, "severity": "warning"}
+    leak = memory_leak.LeakSeen(node="n1", gpu_uuid="GPU-1", job="svc", tenant="t", pool="p", index=2, pid=7,
+                                score=0.99, rate_gb_h=rate * 80, used_gb=23.0, total_gb=80.0, to_oom_min=oom,
+                                rate_over_min=over, severity="warning")
     fired = memory_leak.describe("firing", leak, Incident(4, 0, at, at + 180, at, leak), None)["summary"]
     # in the units people read (GiB), while the evidence keeps the raw figures for machines
     assert "leaks memory: 2.79 GiB/h over the last 30 min, 21.4 of 75 GiB used" in fired and "for 3 min" not in fired
     assert fired.endswith("out of memory in about 19.0 h")                   # 57 GB left at 3 GB/h
-    full = dict(leak, used_gb=79.9, to_oom_min=0.2)                       # found as the memory runs out
+    full = replace(leak, used_gb=79.9, to_oom_min=0.2)                       # found as the memory runs out
     assert memory_leak.describe("firing", full, Incident(1, 0, at, at, at, full), None)["summary"].endswith(
         "74.4 of 75 GiB used, out of memory in under a minute")
     oom = memory_leak.describe("resolved", full, Incident(0, 1, at, at, at, full, reason="out_of_memory"), at + 600)
@@ -294,11 +296,11 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
     silent = io_starvation.describe("resolved", io, Incident(0, 1, at, at, at, io, reason="no_telemetry"), at + 600)
     assert silent["summary"] == "Job train-1 on n1: no telemetry since 08:10 UTC (starved for 10 min)"
 
-    node = {"level": "node", "node": "n2", "gpus": 8, "job": "train-2", "peers": 1, "index": 0, "bits": 0,
-            "throttled": 0.0, "clock": 0.6, "peer_clock": 0.8, "util": 85.0, "peer_util": 84.0, "slowdown": 0.25,
-            "power": 0.5, "peer_power": 0.7, "score": 0.9, "target": "n2"}
+    node = straggler.StragglerSeen(level="node", node="n2", gpus=8, job="train-2", peers=1, index=0, bits=0,
+                                   throttled=0.0, clock=0.6, peer_clock=0.8, util=85.0, peer_util=84.0,
+                                   slowdown=0.25, power=0.5, peer_power=0.7, score=0.9, target="n2")
     text = straggler.describe("firing", node, Incident(4, 0, at, at + 90, at, node), None)["summary"]
     assert "25% behind the job's other node for 2 min" in text
-    gpu = dict(node, level="gpu", peers=7)
+    gpu = replace(node, level="gpu", peers=7)
     text = straggler.describe("firing", gpu, Incident(4, 0, at, at + 90, at, gpu), None)["summary"]
     assert "behind its 7 peers" in text

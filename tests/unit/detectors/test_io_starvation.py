@@ -4,7 +4,7 @@ import random
 
 from gpufleet.contracts.output import Output
 from gpufleet.models.detectors import io_starvation
-from gpufleet.models.detectors.base import Incidents
+from gpufleet.models.detectors.base import Incidents, Judge
 from gpufleet.models.train import incidents, positives
 
 
@@ -47,13 +47,14 @@ def test_beside_a_starved_job_a_job_of_the_node_that_fell_less_than_half_as_far_
     other = io_starvation.features([12.0] * 12, [1.0] * 12, host(), usual=45.0)      # fell 33: starved too
     quiet = io_starvation.features([40.0] * 12, [1.0] * 12, host(), usual=44.0)      # fell 4: not judged
     assert all(io_starvation.applies(x) for x in (served, notebook, other)) and not io_starvation.applies(quiet)
-    epoch = [(f"k{i}", x, {"node": "n1"}, 0.99) for i, x in enumerate((served, notebook, other, quiet))]
+    on_n1 = io_starvation.StarvedSeen(node="n1")
+    epoch = [(f"k{i}", x, on_n1, 0.99) for i, x in enumerate((served, notebook, other, quiet))]
     assert io_starvation.decide(epoch, decider) == [True, False, True, False]
     assert io_starvation.decide(epoch[1:2], decider) == [True]          # alone on its node, it is judged as ever
     assert io_starvation.decide([(k, x, i, 0.2) if k == "k0" else (k, x, i, s) for k, x, i, s in epoch],
                                 decider) == [False, True, True, False]  # the furthest must itself be starved
     # training replays recorded epochs through the same rule, grouped by node and time
-    rows = [(k, 30.0, x, i) for k, x, i, _ in epoch] + [("k9", 60.0, notebook, {"node": "n1"})]
+    rows = [(k, 30.0, x, i) for k, x, i, _ in epoch] + [("k9", 60.0, notebook, on_n1)]
     assert positives("io_starvation", rows, [0.99] * 5, decider) == [True, False, True, False, True]
 
 
@@ -81,7 +82,7 @@ def test_a_job_of_light_usual_work_is_judged_once_it_fell_a_third_of_it():
 def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_back():
     decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
     a, b, c = ("io_starvation:n1/infer-1", "io_starvation:n1/nb-2", "io_starvation:n2/nb-3")
-    rows = [(key, ts, [], {"node": key.split(":")[1].split("/")[0], "job": key.split("/")[1]})
+    rows = [(key, ts, [], io_starvation.StarvedSeen(node=key.split(":")[1].split("/")[0], job=key.split("/")[1]))
             for ts, key in ((30, a), (60, a), (60, b), (60, c), (90, b), (120, a), (120, b))]
     #        a starved at 30 and 60, not at 120; b at 60, 90 and 120; c (another node) at 60
     positive = [True, True, True, True, True, False, True]
@@ -91,8 +92,8 @@ def test_while_a_job_of_the_node_is_paged_as_starved_another_job_of_it_is_held_b
                       precedence=False)       # a baseline's rule knows nothing of it
     assert [(e["job"], e["detected_at"]) for e in plain] == [("infer-1", 30), ("nb-2", 60), ("nb-3", 60)]
     open_a = Incidents()
-    open_a.observe(a, True, 30.0, decider, {}, Output(), lambda *args: {})
-    n1, n2 = {"node": "n1"}, {"node": "n2"}
+    open_a.observe(a, True, 30.0, io_starvation.StarvedSeen(), Judge(decider, Output(), lambda *args: {}))
+    n1, n2 = io_starvation.StarvedSeen(node="n1"), io_starvation.StarvedSeen(node="n2")
     assert io_starvation.held_back(b, n1, open_a) and not io_starvation.held_back(a, n1, open_a)
     assert not io_starvation.held_back(c, n2, open_a)
 
@@ -203,7 +204,8 @@ def test_the_io_window_keeps_jobs_processes_and_indices_as_runs_that_answer_as_c
             g.add(t, util, has_process, job, index, cutoff)
             plain = [s for s in plain + [(t, util, has_process, job, index)] if s[0] > cutoff]
             jobs = [s[3] for s in plain]
-            assert g.jobs == jobs and len(g) == len(jobs) and g.last_job() == jobs[-1] and g.last_index() == index
+            assert g.jobs == jobs and len(g) == len(jobs) and g.last_job() == jobs[-1]
+            assert g.columns(len(g) - 1, len(g))[3] == [index]
             runs = [tuple(g.runs[r:r + 3]) for r in range(0, len(g.runs), 4)]
             assert all(a != b for a, b in zip(runs, runs[1:]))           # a new run only when something changed
             i = rng.randrange(len(jobs))

@@ -7,6 +7,7 @@ import pytest
 
 from gpufleet.contracts.output import Output
 from gpufleet.models.detectors import straggler
+from gpufleet.models.detectors.base import JobContext, JobItem
 
 
 def stats(util, clock=0.99, power=0.8, throttle=0, temp=60.0, n=12):
@@ -51,9 +52,10 @@ def test_two_gpu_job_uses_the_other_gpu_as_reference():
 def test_a_starved_node_holds_its_job_back_from_being_judged():
     decider = type("D", (), {"threshold": 0.5, "persist_on": 1, "persist_off": 1, "hold_down_s": None})()
     x = straggler.features({"a": stats(97), "b": stats(40, clock=0.6)}, 12, False)["b"]
-    entry = ("b", x, {"level": "gpu", "node": "n1", "held": False}, 0.9)
+    entry = ("b", x, straggler.StragglerSeen(level="gpu", node="n1", held=False), 0.9)
     assert straggler.decide([entry], decider) == [True]
-    assert straggler.decide([(entry[0], x, {**entry[2], "held": True}, 0.9)], decider) == [False]
+    held = straggler.StragglerSeen(level="gpu", node="n1", held=True)
+    assert straggler.decide([(entry[0], x, held, 0.9)], decider) == [False]
 
 
 def test_a_gpu_level_with_its_peers_is_no_straggler_whatever_it_scores():
@@ -62,7 +64,7 @@ def test_a_gpu_level_with_its_peers_is_no_straggler_whatever_it_scores():
     level = straggler.features({"a": stats(97), "b": stats(97), "c": stats(96)}, 12, False)["c"]
     behind = straggler.features({"a": stats(97), "b": stats(97), "c": stats(88)}, 12, False)["c"]
     assert fx(level, "slowdown") < straggler.MIN_SLOWDOWN <= fx(behind, "slowdown")
-    info = {"level": "gpu", "node": "n1", "held": False}
+    info = straggler.StragglerSeen(level="gpu", node="n1", held=False)
     assert straggler.decide([("c", level, info, 0.99), ("c", behind, info, 0.99)], decider) == [False, True]
 
 
@@ -179,7 +181,7 @@ def slow_gpu_alerts(gaps: dict[int, tuple[int, ...]], slow_clock: int = 1200, pe
             if i == 3 and k >= 120:
                 util, clock = 68.0, slow_clock
             gpus.append([f"u{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
-        d.add("job-1", ts, "node-1", {"interval": 5.0, "gpus": gpus}, "t", "p", decider, out, None)
+        d.add(JobItem(ts, "node-1", {"interval": 5.0, "gpus": gpus}), decider, JobContext("job-1", "t", "p", out, None))
     return [e for e in out.events if e["status"] == "firing"]
 
 
@@ -294,8 +296,8 @@ def test_a_job_whose_nodes_sample_at_different_intervals_is_judged_at_the_pace_o
                     if node == "a" and i == 3 and k >= 12 * 60:
                         util, clock = 68.0, 1200
                     gpus.append([f"{node}{i}", i, util, clock, 1980, 500.0, 700.0, 60.0, 0, 1e9, 8e10])
-                d.add("job-1", ts, node, {"interval": float(every), "gpus": gpus}, "t", "p", decider, out,
-                      lambda kind, key, at, x, info: evaluated.append(at))
+                d.add(JobItem(ts, node, {"interval": float(every), "gpus": gpus}), decider,
+                      JobContext("job-1", "t", "p", out, lambda kind, key, at, x, info: evaluated.append(at)))
         runs.append([(e["gpu_uuid"], e["node"], e["status"], e["detected_at"]) for e in out.events])
     assert evaluated and all(1000.0 < at <= 1000.0 + 25 * 60 and at % 60 == 0 for at in evaluated)
     assert [(g, s) for g, _, s, _ in runs[0]] == [("a3", "firing")]
@@ -316,7 +318,7 @@ def cause_of(**info):
     base = {"bits": 0, "throttled": 0.0, "capped": 0.0, "clock": 0.98, "peer_clock": 0.98, "limit": 400.0,
             "peer_limit": 400.0}
     from gpufleet.models.detectors.straggler.wording import named_cause
-    return named_cause({**base, **info})
+    return named_cause(straggler.StragglerSeen(**{**base, **info}))
 
 
 def test_the_cause_named_is_the_one_the_numbers_show():

@@ -27,9 +27,9 @@ from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 
-from gpufleet.streams import ledger
-from gpufleet.streams.billing.commitments import allocate
-from gpufleet.streams.billing.prices import Tariff, money
+from . import ledger
+from .commitments import allocate
+from .prices import Tariff, money
 
 FOCUS_VERSION = "1.0"
 COLUMNS = (
@@ -68,7 +68,8 @@ def _round(values: list[Fraction], total: Fraction | Decimal) -> list[Decimal]:
 
 
 def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
-    """The month's FOCUS rows, as dicts by column (money as Decimal, times as ISO 8601 UTC)."""
+    """The month's FOCUS rows, as dicts by column (money as Decimal, times as ISO 8601 UTC): usage, the
+    commitments' purchases and unused parts, the adjustments invoiced this month; reconciled to the invoice."""
     start = dt.datetime(month.year, month.month, 1, tzinfo=dt.UTC)
     end = dt.datetime.combine(ledger.next_month(month), dt.time(), dt.UTC)
     bc = tariff.config
@@ -77,47 +78,71 @@ def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
             "ServiceName": "GPU rental", "AvailabilityZone": None, "ChargeClass": None,
             "CommitmentDiscountCategory": None, "CommitmentDiscountId": None, "CommitmentDiscountName": None,
             "CommitmentDiscountStatus": None, "CommitmentDiscountType": None}
-    names, found = store.select(f"SELECT {', '.join(ledger.LEDGER_COLUMNS)} FROM billing_ledger FINAL "
-                                "WHERE period_start >= %(s)s AND period_start < %(e)s", {"s": start, "e": end})
-    ledger_rows = [dict(zip(names, r)) for r in found]
-    # the commitments' allocation over the month's usage, per tenant and currency
+    ledger_rows = store.records(ledger.LEDGER, "period_start >= %(s)s AND period_start < %(e)s",
+                                {"s": start, "e": end})
+    usage = _usage(ledger_rows)
+    months = _commitment_months(tariff, month, usage)
+    out = _usage_rows(base, tariff, ledger_rows, usage, months)
+    out += _commitment_rows(base, month, (start, end), months)
+    out += _adjustment_rows(store, base, month)
+    billed: dict[tuple[str, str], Fraction] = {acct: sum((v[1] for v in u.values()), Fraction(0))
+                                               for acct, u in usage.items()}
+    for acct, ms in months.items():
+        billed[acct] = billed.get(acct, Fraction(0)) - sum((Fraction(money(m.covered)) for m in ms), Fraction(0))
+    _reconcile(out, months, billed)
+    return out
+
+
+def _used_s(r) -> Fraction:
+    """GPU-seconds of a ledger row: its rented seconds times its share of the physical GPU."""
+    return Fraction(Decimal(r.rented_s)) * Fraction(Decimal(r.gpu_share or 1))
+
+
+def _usage(ledger_rows: list) -> dict[tuple[str, str], dict]:
+    """Per tenant and currency, per (pool, period start): GPU-seconds used and their amount."""
     usage: dict[tuple[str, str], dict] = defaultdict(dict)
     for r in ledger_rows:
-        k = (r["pool"], ledger.unix(r["period_start"]))
-        used = Fraction(Decimal(r["rented_s"])) * Fraction(Decimal(r["gpu_share"] or 1))
-        was = usage[(r["tenant"], r["currency"])].get(k, (Fraction(0), Fraction(0)))
-        usage[(r["tenant"], r["currency"])][k] = (was[0] + used, was[1] + Fraction(Decimal(r["amount"])))
+        k = (r.pool, ledger.unix(r.period_start))
+        was = usage[(r.tenant, r.currency)].get(k, (Fraction(0), Fraction(0)))
+        usage[(r.tenant, r.currency)][k] = (was[0] + _used_s(r), was[1] + Fraction(Decimal(r.amount)))
+    return usage
+
+
+def _commitment_months(tariff: Tariff, month: dt.date, usage: dict[tuple[str, str], dict]) -> dict:
+    """The commitments' allocation over the month's usage, per tenant and currency."""
+    bc = tariff.config
     tenants = {t for t, _ in usage} | {c.tenant for c in bc.commitments if c.active(month)}
     months = {}
     for t in tenants:
-        currencies = [cur for (tt, cur) in usage if tt == t] or [bc.currency]
-        for cur in currencies:
+        for cur in [cur for (tt, cur) in usage if tt == t] or [bc.currency]:
             months[(t, cur)] = allocate(bc.commitments, t, month, bc.period_s, usage.get((t, cur), {}))
-    # usage rows: per GPU, tenant, mode, version, day, and commitment (None: not covered)
+    return months
+
+
+def _usage_rows(base: dict, tariff: Tariff, ledger_rows: list, usage: dict, months: dict) -> list[dict]:
+    """Usage rows: per GPU, tenant, mode, price version, day and commitment (None: not covered)."""
     groups: dict[tuple, dict] = {}
     for r in ledger_rows:
-        t, cur = r["tenant"], r["currency"]
-        ps = ledger.unix(r["period_start"])
-        k = (r["pool"], ps)
-        used = Fraction(Decimal(r["rented_s"])) * Fraction(Decimal(r["gpu_share"] or 1))
-        amount = Fraction(Decimal(r["amount"]))
-        od = Fraction(Decimal(r["mode_amounts"].get("on_demand", r["amount"])))
+        t, cur = r.tenant, r.currency
+        ps = ledger.unix(r.period_start)
+        k = (r.pool, ps)
+        used, amount = _used_s(r), Fraction(Decimal(r.amount))
+        od = Fraction(Decimal(r.mode_amounts.get("on_demand", r.amount)))
         total_used = usage[(t, cur)][k][0]
         parts: list[tuple] = []
         left = Fraction(1)
         for m in months.get((t, cur), []):
             take = m.taken.get(k)
             if take and total_used:
-                share = take / total_used
-                parts.append((m, share))
-                left -= share
+                parts.append((m, take / total_used))
+                left -= take / total_used
         parts.append((None, left))
         day = dt.datetime.fromtimestamp(ps, dt.UTC).date()
         for m, share in parts:
             if share <= 0:
                 continue
-            key = (t, cur, r["gpu_uuid"], r["pool"], r["gpu_model"], r["billing_mode"], r["price_version"],
-                   r["team"], day, None if m is None else m.commitment.name)
+            key = (t, cur, r.gpu_uuid, r.pool, r.gpu_model, r.billing_mode, r.price_version,
+                   r.team, day, None if m is None else m.commitment.name)
             g = groups.setdefault(key, {"row": r, "m": m, "day": day, "consumed": Fraction(0), "amount": Fraction(0),
                                         "list": Fraction(0), "effective": Fraction(0), "priced": Fraction(0)})
             g["consumed"] += used * share
@@ -125,31 +150,38 @@ def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
             g["amount"] += amount * share
             g["priced"] += _priced_s(r) * share
             g["effective"] += (used * share * m.rate) if m is not None else amount * share
+    return [_usage_row(base, tariff, groups[key])
+            for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k))]
+
+
+def _usage_row(base: dict, tariff: Tariff, g: dict) -> dict:
+    r, m, day = g["row"], g["m"], g["day"]
+    covered = m is not None
+    row = {**base, **_account(r.tenant, r.team, r.currency, r.pool),
+           "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
+           "ChargePeriodStart": _iso(day), "ChargePeriodEnd": _iso(day + dt.timedelta(days=1)),
+           "ChargeDescription": (f"{r.gpu_model or 'GPU'} in {r.pool or 'no pool'}, {r.billing_mode}" +
+                                 (f", covered by commitment {m.commitment.name}" if covered else "")),
+           "ConsumedQuantity": g["consumed"] / HOUR, "ConsumedUnit": "GPU-Hour",
+           "PricingQuantity": (g["consumed"] if covered else g["priced"]) / HOUR, "PricingUnit": "GPU-Hour",
+           "PricingCategory": "Committed" if covered else PRICING_CATEGORY.get(r.billing_mode, "Other"),
+           "ListUnitPrice": Fraction(_list_price(tariff, r)), "ListCost": g["list"],
+           "ContractedUnitPrice": Fraction(Decimal(r.price_per_gpu_hour)), "ContractedCost": g["amount"],
+           "BilledCost": Fraction(0) if covered else g["amount"], "EffectiveCost": g["effective"],
+           "ResourceId": r.gpu_uuid, "ResourceName": f"{r.node} GPU {r.gpu_index}" +
+           (f" ({r.mig_profile})" if r.mig_profile else ""),
+           "ResourceType": "MIG instance" if r.mig_profile else "GPU",
+           "SkuId": f"{r.gpu_model or 'GPU'}/{r.billing_mode}", "SkuPriceId": r.price_version or "-",
+           "Tags": _tags(r)}
+    if covered:
+        row.update(_commitment_columns(m, "Used"))
+    return row
+
+
+def _commitment_rows(base: dict, month: dt.date, period: tuple[dt.datetime, dt.datetime], months: dict) -> list[dict]:
+    """Each commitment's purchase for the month and its unused part."""
+    start, end = period
     out = []
-    for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
-        g = groups[key]
-        r, m, day = g["row"], g["m"], g["day"]
-        covered = m is not None
-        row = {**base, **_account(r["tenant"], r["team"], r["currency"], r["pool"]),
-               "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
-               "ChargePeriodStart": _iso(day), "ChargePeriodEnd": _iso(day + dt.timedelta(days=1)),
-               "ChargeDescription": (f"{r['gpu_model'] or 'GPU'} in {r['pool'] or 'no pool'}, {r['billing_mode']}" +
-                                     (f", covered by commitment {m.commitment.name}" if covered else "")),
-               "ConsumedQuantity": g["consumed"] / HOUR, "ConsumedUnit": "GPU-Hour",
-               "PricingQuantity": (g["consumed"] if covered else g["priced"]) / HOUR, "PricingUnit": "GPU-Hour",
-               "PricingCategory": "Committed" if covered else PRICING_CATEGORY.get(r["billing_mode"], "Other"),
-               "ListUnitPrice": Fraction(_list_price(tariff, r)), "ListCost": g["list"],
-               "ContractedUnitPrice": Fraction(Decimal(r["price_per_gpu_hour"])), "ContractedCost": g["amount"],
-               "BilledCost": Fraction(0) if covered else g["amount"], "EffectiveCost": g["effective"],
-               "ResourceId": r["gpu_uuid"], "ResourceName": f"{r['node']} GPU {r['gpu_index']}" +
-               (f" ({r['mig_profile']})" if r["mig_profile"] else ""),
-               "ResourceType": "MIG instance" if r["mig_profile"] else "GPU",
-               "SkuId": f"{r['gpu_model'] or 'GPU'}/{r['billing_mode']}", "SkuPriceId": r["price_version"] or "-",
-               "Tags": _tags(r)}
-        if covered:
-            row.update(_commitment_columns(m, "Used"))
-        out.append(row)
-    # commitments: the month's purchase and its unused part
     for (t, cur), ms in sorted(months.items()):
         for m in ms:
             c = m.commitment
@@ -171,15 +203,19 @@ def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
                         "ContractedUnitPrice": m.rate * HOUR,
                         "ChargeDescription": f"commitment {c.name}: unused GPU-hours of {month:%Y-%m}",
                         "ContractedCost": unused, "BilledCost": Fraction(0), "EffectiveCost": unused})
-    # adjustments invoiced this month: corrections of closed months
-    where = "invoice_month = %(m)s AND amount_change != 0"
+    return out
+
+
+def _adjustment_rows(store, base: dict, month: dt.date) -> list[dict]:
+    """The adjustments invoiced this month: corrections of closed months."""
     names, found = store.select(f"""
         SELECT tenant, currency, team, pool, gpu_uuid, any(node) AS node, any(gpu_index) AS gpu_index,
                any(gpu_model) AS gpu_model, kind, toDate(period_start) AS day, sum(amount_change) AS amount,
                sum(if(kind = 'late usage', rented_s * gpu_share, toDecimal64(0, 9))) AS consumed_s
-        FROM billing_adjustments FINAL WHERE {where}
+        FROM {ledger.ADJUSTMENTS.name} FINAL WHERE invoice_month = %(m)s AND amount_change != 0
         GROUP BY tenant, currency, team, pool, gpu_uuid, kind, day ORDER BY tenant, day, gpu_uuid, kind""",
                                 {"m": month})
+    out = []
     for a in (dict(zip(names, r)) for r in found):
         amount = Fraction(Decimal(a["amount"]))
         consumed = Fraction(Decimal(a["consumed_s"])) / HOUR
@@ -194,26 +230,21 @@ def rows(store, tariff: Tariff, month: dt.date) -> list[dict]:
                     "ResourceName": f"{a['node']} GPU {a['gpu_index']}", "ResourceType": "GPU",
                     "SkuId": f"{a['gpu_model'] or 'GPU'}/adjustment", "SkuPriceId": a["kind"],
                     "Tags": json.dumps({"pool": a["pool"], "team": a["team"]}, sort_keys=True)})
-    billed: dict[tuple[str, str], Fraction] = {acct: sum((v[1] for v in u.values()), Fraction(0))
-                                               for acct, u in usage.items()}
-    for acct, ms in months.items():
-        billed[acct] = billed.get(acct, Fraction(0)) - sum((Fraction(money(m.covered)) for m in ms), Fraction(0))
-    _reconcile(out, months, billed)
     return out
 
 
-def _priced_s(r: dict) -> Fraction:
+def _priced_s(r) -> Fraction:
     """The GPU-seconds the tenant's mode priced: rented (and the on-demand minimum's top-up), or under usage
     billing its busy or utilization-weighted time."""
-    share = Fraction(Decimal(r["gpu_share"] or 1))
-    if r["billing_mode"] == "usage" and Decimal(r["price_per_gpu_hour"]):
-        return Fraction(Decimal(r["amount"])) / Fraction(Decimal(r["price_per_gpu_hour"])) * HOUR
-    return (Fraction(Decimal(r["rented_s"])) + Fraction(Decimal(r["minimum_topup_s"]))) * share
+    share = Fraction(Decimal(r.gpu_share or 1))
+    if r.billing_mode == "usage" and Decimal(r.price_per_gpu_hour):
+        return Fraction(Decimal(r.amount)) / Fraction(Decimal(r.price_per_gpu_hour)) * HOUR
+    return (Fraction(Decimal(r.rented_s)) + Fraction(Decimal(r.minimum_topup_s))) * share
 
 
-def _list_price(tariff: Tariff, r: dict) -> Decimal:
-    p = tariff.price("on_demand", r["pool"] or None, r["gpu_model"] or None, ledger.unix(r["period_start"]))
-    return p.per_gpu_hour if p is not None and p.per_gpu_hour is not None else Decimal(r["price_per_gpu_hour"])
+def _list_price(tariff: Tariff, r) -> Decimal:
+    p = tariff.price("on_demand", r.pool or None, r.gpu_model or None, ledger.unix(r.period_start))
+    return p.per_gpu_hour if p is not None and p.per_gpu_hour is not None else Decimal(r.price_per_gpu_hour)
 
 
 def _account(tenant: str, team: str, currency: str, pool: str) -> dict:
@@ -222,10 +253,10 @@ def _account(tenant: str, team: str, currency: str, pool: str) -> dict:
             "RegionId": pool or "default", "RegionName": pool or "default"}
 
 
-def _tags(r: dict) -> str:
-    tags = {"pool": r["pool"], "gpu_model": r["gpu_model"], "node": r["node"], "billing_mode": r["billing_mode"]}
-    if r["team"]:
-        tags["team"] = r["team"]
+def _tags(r) -> str:
+    tags = {"pool": r.pool, "gpu_model": r.gpu_model, "node": r.node, "billing_mode": r.billing_mode}
+    if r.team:
+        tags["team"] = r.team
     return json.dumps(tags, sort_keys=True)
 
 

@@ -9,7 +9,7 @@ else here reads.
   ``billing_adjustments``, invoiced in the first open month after it. Running it again changes nothing.
 - **Month close** (:func:`close`) freezes a month that is over: ``billing_months`` records it, and the month's
   commitments are written to ``billing_commitment_ledger`` as they stand. From then on late records and
-  re-ratings of the month become adjustments (streams/ledger.py).
+  re-ratings of the month become adjustments (streams/billing/ledger.py).
 """
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 
-from gpufleet.streams import ledger
-from gpufleet.streams.billing.commitments import Month, allocate, month_seconds
-from gpufleet.streams.billing.prices import Tariff, money
-from gpufleet.streams.billing.rerate import MONEY_FIELDS, differs, reprice
-from gpufleet.streams.sink import LEDGER
+from gpufleet.contracts import tables
 
-AUDIT_COLUMNS = ("rerate_id", "at", "reason", "gpu_uuid", "tenant", "job", "period_start", "pool", "currency",
-                 "old_version", "new_version", "old_mode", "new_mode", "old_amount", "new_amount", "old_idle_amount",
-                 "new_idle_amount", "applied_to")
-COMMITMENT_COLUMNS = ("month", "commitment", "tenant", "pool", "currency", "gpus", "committed_hours", "used_hours",
-                      "billed_amount", "amortized_amount", "unused_amount", "covered_amount", "closed_at")
+from . import ledger
+from .commitments import Month, allocate, month_seconds
+from .prices import Tariff, money
+from .rerate import MONEY_FIELDS, differs, reprice
+
+LEDGER = tables.BILLING_LEDGER
+
+AUDIT, COMMITMENT_LEDGER, MONTHS = tables.BILLING_RERATE_AUDIT, tables.BILLING_COMMITMENT_LEDGER, tables.BILLING_MONTHS
+AUDIT_COLUMNS, COMMITMENT_COLUMNS = AUDIT.columns, COMMITMENT_LEDGER.columns
 D6 = Decimal("0.000001")
 
 
@@ -51,7 +51,7 @@ def in_force_rows(store, start: dt.datetime, end: dt.datetime, tenant: str | Non
     params = {"start": start, "end": end, "tenant": tenant}
     cols = ", ".join(ledger.LEDGER_COLUMNS)
     by_key: dict[tuple, dict] = {}
-    for r in _rows(store, f"SELECT {cols} FROM billing_ledger FINAL WHERE {where}", params):
+    for r in _rows(store, f"SELECT {cols} FROM {LEDGER.name} FINAL WHERE {where}", params):
         r["_source"] = "ledger"
         by_key[ledger.key_of(tuple(r[c] for c in ledger.LEDGER_COLUMNS))] = r
     latest = (f"SELECT {', '.join(f'argMax({c}, at) AS {c}' for c in ledger.LEDGER_COLUMNS[4:])}, "
@@ -93,9 +93,9 @@ def rerate(store, tariff: Tariff, start: dt.datetime, end: dt.datetime, reason: 
         if to == "ledger":
             fresh.append((*(updated[c] for c in ledger.LEDGER_COLUMNS), round(now * 1000)))
         else:
-            adjustments.append(ledger.adjustment(
-                updated, ledger.RERATE, rerate_id, ledger.invoice_month(ledger.month_of(row["period_start"]), closed),
-                reason, change, new["idle_amount"] - Decimal(row["idle_amount"]), at=now))
+            adjustments.append(ledger.adjustment(updated, ledger.Change(
+                ledger.RERATE, rerate_id, ledger.invoice_month(ledger.month_of(row["period_start"]), closed), now,
+                reason, change, new["idle_amount"] - Decimal(row["idle_amount"]))))
     if write:
         _write_rerate(store, audit, fresh, adjustments)
     return {"rerate_id": rerate_id, "rows": len(rows), "changed": len(audit), "ledger": len(fresh),
@@ -104,7 +104,7 @@ def rerate(store, tariff: Tariff, start: dt.datetime, end: dt.datetime, reason: 
 
 def _write_rerate(store, audit: list, fresh: list, adjustments: list) -> None:
     # the audit first: a re-rating cut short leaves an audit row too many, never a change without one
-    store.write("billing_rerate_audit", AUDIT_COLUMNS, audit, dedup=False)
+    store.write(AUDIT.name, AUDIT_COLUMNS, audit, dedup=False)
     store.write(LEDGER.name, (*ledger.LEDGER_COLUMNS, "rerated_at"), fresh, dedup=False)
     store.write(ledger.ADJUSTMENTS.name, ledger.ADJUSTMENTS.columns, adjustments, dedup=False)
 
@@ -178,13 +178,13 @@ def close(store, tariff: Tariff, month: dt.date, reason: str, now: float | None 
         raise ValueError(f"{month:%Y-%m} is not over yet: it ends {end:%Y-%m-%d %H:%M} UTC")
     if month in ledger.closed_months(store):
         return {"month": month, "already": True, "commitments": 0, "rows": None}
-    rows = store.query("SELECT count() FROM billing_ledger FINAL WHERE toStartOfMonth(period_start) = %(m)s",
+    rows = store.query(f"SELECT count() FROM {LEDGER.name} FINAL WHERE toStartOfMonth(period_start) = %(m)s",
                        {"m": month})[0][0]
     commitments = [r for found in commitment_months(store, tariff, month).values() for r in found]
     at = round(now * 1000)
-    store.write("billing_commitment_ledger", COMMITMENT_COLUMNS,
+    store.write(COMMITMENT_LEDGER.name, COMMITMENT_COLUMNS,
                 [tuple({**r, "closed_at": at}[c] for c in COMMITMENT_COLUMNS) for r in commitments])
-    store.write("billing_months", ("month", "closed_at", "reason"), [(month, at, reason)])
+    store.write(MONTHS.name, MONTHS.columns, [MONTHS.row(month=month, closed_at=at, reason=reason)])
     return {"month": month, "already": False, "commitments": len(commitments), "rows": rows}
 
 

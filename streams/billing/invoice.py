@@ -14,8 +14,9 @@ import json
 import re
 from decimal import Decimal
 
-from gpufleet.streams.billing.prices import money
-from gpufleet.summary import table
+from gpufleet.contracts import tables
+
+from .prices import money
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 HOUR = Decimal(3600)
@@ -25,7 +26,7 @@ LINES = """
 SELECT tenant, currency, pool, gpu_model, uniqExact(gpu_uuid) AS gpus, sum(rented_s) AS rented_s,
        sum(busy_s) AS busy_s, sum(idle_s) AS idle_s, sum(idle_amount) AS idle_amount,
        sum(estimated_s) AS estimated_s, sum(amount) AS amount
-FROM billing_ledger FINAL
+FROM {ledger} FINAL
 WHERE toStartOfMonth(period_start) = %(month)s {tenant}
 GROUP BY tenant, currency, pool, gpu_model
 ORDER BY tenant, currency, pool, gpu_model"""
@@ -78,8 +79,8 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
     """The month's invoices: ``{"month": ..., "invoices": [...]}``, one per tenant and currency: the usage lines
     (the ledger's amounts in the tenant's mode), the commitments (billed whether used or not; the usage they cover
     comes off), the adjustments to closed months invoiced this month, and what is due."""
-    from gpufleet import finance
-    from gpufleet.streams.billing.prices import Tariff
+    from . import finance
+    from .prices import Tariff
     tariff = tariff or Tariff()
     first = month_start(month)
     params: dict = {"month": first}
@@ -88,7 +89,7 @@ def invoice(store, month: str, tenant: str | None = None, compare_modes: bool = 
         params["tenant"] = tenant
         where = "AND tenant = %(tenant)s"
     invoices: dict[tuple[str, str], dict] = {}
-    names, rows = store.select(LINES.format(tenant=where), params)
+    names, rows = store.select(LINES.format(tenant=where, ledger=tables.BILLING_LEDGER.name), params)
     for r in (dict(zip(names, row)) for row in rows):
         inv = _invoice_of(invoices, r["tenant"], r["currency"])
         inv["lines"].append({"pool": r["pool"], "gpu_model": r["gpu_model"], "gpus": r["gpus"],
@@ -137,8 +138,8 @@ def _compare(store, tariff, first: dt.date, where: str, params: dict, invoices: 
     interruptions (billing.spot_interruption_pct) and billed by use; the cheapest complete one marked."""
     from fractions import Fraction
 
-    from gpufleet import finance
-    from gpufleet.streams.billing.commitments import best_size
+    from . import finance
+    from .commitments import best_size
     p = Fraction(tariff.config.spot_interruption_pct) / 100
     names, rows = store.select(MODES.format(tenant=where), params)
     usage = finance.usage_by_period(store, first, tenant)
@@ -261,69 +262,10 @@ def as_csv(bill: dict, compare_modes: bool = False) -> str:
     return buf.getvalue()
 
 
-def as_table(bill: dict, compare_modes: bool = False, underuse_pct: float = 60.0) -> str:
-    if not bill["invoices"]:
-        return f"no billing records for {bill['month']}"
-    parts = []
-    for inv in bill["invoices"]:
-        cur = inv["currency"]
-        rows = [tuple(_cents(line[c]) if c in ("idle_amount", "amount") else line[c] for c in LINE_COLUMNS)
-                for line in inv["lines"]]
-        t = inv["total"]
-        rows.append(("total", "", None, t["rented_hours"], t["busy_hours"], t["idle_hours"], _cents(t["idle_amount"]),
-                     t["estimated_hours"], _cents(t["amount"])))
-        text = [f"{inv['tenant']}: {bill['month']}, {cur}",
-                table(["pool", "GPU model", "GPUs", "rented h", "busy h", "idle h", "idle cost", "estimated h",
-                       "amount"], rows) if inv["lines"] else "no usage this month"]
-        waste = []
-        low = inv["waste"]["low_utilization"]
-        if low:
-            waste.append(f"  underused (busy below {underuse_pct:g} % utilization in a billing period): "
-                         f"{low['rentals']} rentals, {low['busy_hours']} busy hours; the unused share paid by the "
-                         f"tenant {_money(low['unused_amount'])} {cur}")
-            if Decimal(low["unsold_amount"]):
-                waste.append(f"  not paid by the tenant (billed by use), the provider's unsold capacity: "
-                             f"{_money(low['unsold_amount'])} {cur}")
-        for job in inv["waste"]["overprovisioned"]:
-            waste.append(f"  over-provisioned: job {job['job']} left {job['idle_gpus']} of its {job['gpus']} GPUs "
-                         f"idle, {job['idle_gpu_hours']} GPU-hours, {_money(job['idle_gpu_amount'])} {cur}")
-        if inv["lines"]:
-            text.append("waste beyond idle:\n" + ("\n".join(waste) if waste else "  none"))
-        if inv["commitments"]:
-            text.append("commitments (billed whether used or not):\n" + table(
-                ["commitment", "pool", "GPUs", "committed h", "used h", "billed", "amortized", "unused",
-                 "usage covered"],
-                [(c["commitment"], c["pool"], c["gpus"], c["committed_hours"], c["used_hours"],
-                  _cents(c["billed_amount"]), _cents(c["amortized_amount"]), _cents(c["unused_amount"]),
-                  _cents(c["covered_amount"])) for c in inv["commitments"]]))
-        if inv["adjustments"]:
-            text.append("adjustments to closed months:\n" + table(
-                ["month of use", "kind", "rows", "amount"],
-                [(a["usage_month"], a["kind"], a["rows"], _cents(a["amount"])) for a in inv["adjustments"]]))
-        due = inv["due"]
-        if inv["commitments"] or inv["adjustments"]:
-            text.append(f"due: usage {_money(due['usage'])} - covered by commitments "
-                        f"{_money(-due['covered_by_commitments'])} + commitments {_money(due['commitments'])} + "
-                        f"adjustments {_money(due['adjustments'])} = {_money(due['total'])} {cur}")
-        else:
-            text.append(f"due: {_money(due['total'])} {cur}")
-        if compare_modes:
-            modes = inv.get("modes", [])
-            text.append("in each billing mode:\n" + (table(
-                ["mode", "amount", "billed", "difference", "saving", "priced h", "rented h", ""],
-                [(m["mode"], _cents(m["amount"]), _cents(m["billed_amount"]), _cents(m["difference"]),
-                  "" if m["saving"] is None else _cents(m["saving"]), m["priced_hours"], m["rented_hours"],
-                  "cheapest" if m["cheapest"] else "") for m in modes])
-                if modes else "  (no modes priced)"))
-            text.extend(f"  {m['mode']}: {m['detail']}" for m in modes if m.get("detail"))
-        parts.append("\n".join(text))
-    return "\n\n".join(parts)
-
-
-def capacity_text(rows: list[dict], month: dt.date, currency: str, fmt: str, hourly: bool) -> str:
-    """``bill capacity``: per pool and day (or hour), installed, rented and unsold GPU-hours and the unsold ones
-    at list price, with each pool's month."""
-    keys = ("installed_gpu_hours", "rented_gpu_hours", "unsold_gpu_hours", "unsold_amount")
+def capacity_lines(rows: list[dict], hourly: bool) -> tuple[list[dict], list[dict]]:
+    """``bill capacity``'s lines: per pool and day (or hour), installed, rented and unsold GPU-hours and the unsold
+    ones at list price; and each pool's month."""
+    keys = CAPACITY_KEYS
     groups: dict[tuple[str, str], dict] = {}
     for r in rows:
         when = r["hour"].strftime("%Y-%m-%d %H:00" if hourly else "%Y-%m-%d")
@@ -335,27 +277,26 @@ def capacity_text(rows: list[dict], month: dt.date, currency: str, fmt: str, hou
     lines = list(groups.values())
     totals: dict[str, dict] = {}
     for g in lines:
-        t = totals.setdefault(g["pool"], {"pool": g["pool"], "when": f"{month:%Y-%m}", "gpus": 0,
-                                          **{k: Decimal(0) for k in keys}})
+        t = totals.setdefault(g["pool"], {"pool": g["pool"], "when": "", "gpus": 0, **{k: Decimal(0) for k in keys}})
         t["gpus"] = max(t["gpus"], g["gpus"])
         for k in keys:
             t[k] += g[k]
-    columns = ("pool", "when", "gpus", *keys)
-    if fmt == "json":
-        return json.dumps({"month": f"{month:%Y-%m}", "currency": currency, "lines": _plain(lines),
-                           "pools": _plain(list(totals.values()))}, indent=2) + "\n"
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow((*columns, "currency"))
-        for g in lines:
-            w.writerow((*(g[c] for c in columns), currency))
-        return buf.getvalue()
-    if not lines:
-        return f"no telemetry for {month:%Y-%m}\n"
-    head = ["pool", "hour" if hourly else "day", "GPUs", "installed GPU-h", "rented GPU-h", "unsold GPU-h",
-            f"unsold at list, {currency}"]
-    body = [tuple(g[c] for c in columns) for g in lines]
-    body += [tuple(t[c] for c in columns) for t in totals.values()]
-    return (f"unsold capacity, {month:%Y-%m} (installed: GPUs reporting telemetry; unsold: installed less "
-            "rented, priced at the pool's on-demand list price)\n" + table(head, body) + "\n")
+    return lines, list(totals.values())
+
+
+CAPACITY_KEYS = ("installed_gpu_hours", "rented_gpu_hours", "unsold_gpu_hours", "unsold_amount")
+CAPACITY_COLUMNS = ("pool", "when", "gpus", *CAPACITY_KEYS)
+
+
+def capacity_json(lines: list[dict], pools: list[dict], month: dt.date, currency: str) -> str:
+    return json.dumps({"month": f"{month:%Y-%m}", "currency": currency, "lines": _plain(lines),
+                       "pools": _plain([{**p, "when": f"{month:%Y-%m}"} for p in pools])}, indent=2) + "\n"
+
+
+def capacity_csv(lines: list[dict], currency: str) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow((*CAPACITY_COLUMNS, "currency"))
+    for g in lines:
+        w.writerow((*(g[c] for c in CAPACITY_COLUMNS), currency))
+    return buf.getvalue()

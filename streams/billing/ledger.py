@@ -11,22 +11,42 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
-import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
-from gpufleet.contracts.output import Table
+from gpufleet.contracts import tables
 
-LEDGER_COLUMNS = (
-    "gpu_uuid", "tenant", "job", "period_start", "period_end", "node", "pool", "gpu_index", "gpu_model", "mig_profile",
-    "gpu_share", "team", "billing_mode", "currency", "samples", "interval_s", "rented_s", "busy_s", "idle_s",
-    "estimated_s", "unbilled_s", "minimum_topup_s", "util_pct", "busy_util_pct", "price_per_gpu_hour", "amount",
-    "idle_amount", "mode_amounts", "data_quality", "underused_s", "unused_amount", "unsold_amount", "price_version",
-    "busy_weighted_s", "idle_weighted_s", "estimated_idle_s")
-ADJUSTMENT_ONLY = ("adjustment_id", "kind", "invoice_month", "at", "reason", "amount_change", "idle_amount_change")
-ADJUSTMENTS = Table("billing_adjustments", (*LEDGER_COLUMNS[:4], *ADJUSTMENT_ONLY, *LEDGER_COLUMNS[4:]))
+LEDGER, ADJUSTMENTS = tables.BILLING_LEDGER, tables.BILLING_ADJUSTMENTS
+LEDGER_COLUMNS = LEDGER.columns
+ADJUSTMENT_ONLY = tuple(c for c in ADJUSTMENTS.columns if c not in LEDGER_COLUMNS)
 LATE, RERATE = "late usage", "rerate"
-_AT = {c: i for i, c in enumerate(LEDGER_COLUMNS)}
+
+
+def _seconds(s: float) -> Decimal:
+    return Decimal(str(s))       # the event's seconds have at most 3 decimals: exact in Decimal(18, 3)
+
+
+def row_of(e: dict) -> tuple:
+    """A ``gpufleet.billing.v1`` event as a ledger row: money and seconds as Decimal, never floats."""
+    return LEDGER.row(
+        gpu_uuid=e["gpu_uuid"], tenant=e["tenant"], job=e["job"] or "", period_start=e["period_start"],
+        period_end=e["period_end"], node=e.get("node") or "", pool=e["pool"] or "", gpu_index=e.get("gpu_index") or 0,
+        gpu_model=e["gpu_model"] or "", mig_profile=e.get("mig_profile") or "",
+        gpu_share=Decimal(e.get("gpu_share") or "1"),
+        team=e.get("team") or "", billing_mode=e.get("billing_mode") or "", currency=e["currency"],
+        samples=e.get("samples") or 0, interval_s=e.get("interval_s") or 0.0, rented_s=_seconds(e["rented_s"]),
+        busy_s=_seconds(e["busy_s"]), idle_s=_seconds(e["idle_s"]), estimated_s=_seconds(e.get("estimated_s") or 0),
+        unbilled_s=_seconds(e.get("unbilled_s") or 0), minimum_topup_s=_seconds(e.get("minimum_topup_s") or 0),
+        util_pct=e.get("util_pct"), busy_util_pct=e.get("busy_util_pct"),
+        price_per_gpu_hour=Decimal(e["price_per_gpu_hour"]), amount=Decimal(e["amount"]),
+        idle_amount=Decimal(e["idle_amount"]),
+        mode_amounts={k: Decimal(v) for k, v in (e.get("amounts_by_mode") or {}).items()},
+        data_quality=e.get("data_quality") or "", underused_s=_seconds(e.get("underused_s") or 0),
+        unused_amount=Decimal(e.get("unused_amount") or "0"), unsold_amount=Decimal(e.get("unsold_amount") or "0"),
+        price_version=e.get("price_version") or "", busy_weighted_s=Decimal(e.get("busy_weighted_s") or 0),
+        idle_weighted_s=Decimal(e.get("idle_weighted_s") or 0),
+        estimated_idle_s=_seconds(e.get("estimated_idle_s") or 0))
 
 
 def unix(t) -> int:
@@ -58,12 +78,23 @@ def closed_months(store) -> set[dt.date]:
     return {m for (m,) in store.query(f"SELECT month FROM {store.table('billing_months')} FINAL")}
 
 
-def adjustment(row: dict, kind: str, adjustment_id: str, invoice: dt.date, reason: str, amount_change: Decimal,
-               idle_amount_change: Decimal, at: float | None = None) -> tuple:
+@dataclass(frozen=True)
+class Change:
+    """What an adjustment adds to a ledger row: its kind (late usage, a re-rating) and id, the month it is
+    invoiced in, when (Unix seconds), why, and the change of the amount and of its idle part."""
+
+    kind: str
+    adjustment_id: str
+    invoice_month: dt.date
+    at: float
+    reason: str
+    amount_change: Decimal
+    idle_amount_change: Decimal
+
+
+def adjustment(row: dict, change: Change) -> tuple:
     """A ``billing_adjustments`` row: the ledger row ``row`` (by column name) with what the adjustment adds."""
-    extra = {"adjustment_id": adjustment_id, "kind": kind, "invoice_month": invoice,
-             "at": round((time.time() if at is None else at) * 1000), "reason": reason,
-             "amount_change": amount_change, "idle_amount_change": idle_amount_change}
+    extra = {**vars(change), "at": round(change.at * 1000)}
     return tuple(extra[c] if c in extra else row[c] for c in ADJUSTMENTS.columns)
 
 
@@ -76,7 +107,7 @@ def in_force(store, keys: Sequence[tuple]) -> dict[tuple, tuple[str, Decimal]]:
     where = "gpu_uuid IN %(g)s AND toUnixTimestamp(period_start) BETWEEN %(lo)s AND %(hi)s"
     found: dict[tuple, tuple[str, Decimal]] = {}
     for sql in (f"SELECT gpu_uuid, tenant, job, toUnixTimestamp(period_start), price_version, amount "
-                f"FROM {store.table('billing_ledger')} FINAL WHERE {where}",
+                f"FROM {store.table(LEDGER.name)} FINAL WHERE {where}",
                 f"SELECT gpu_uuid, tenant, job, toUnixTimestamp(period_start), argMax(price_version, at), "
                 f"argMax(amount, at) FROM {store.table('billing_adjustments')} FINAL WHERE {where} "
                 f"GROUP BY gpu_uuid, tenant, job, period_start"):
@@ -87,8 +118,9 @@ def in_force(store, keys: Sequence[tuple]) -> dict[tuple, tuple[str, Decimal]]:
 
 
 def key_of(row: tuple) -> tuple:
-    """The ledger key of a ``LEDGER_COLUMNS`` row: gpu_uuid, tenant, job, period start (Unix seconds)."""
-    return (row[0], row[1], row[2], unix(row[_AT["period_start"]]))
+    """The ledger key of a ledger row: gpu_uuid, tenant, job, period start (Unix seconds)."""
+    r = LEDGER.record(*row)
+    return (r.gpu_uuid, r.tenant, r.job, unix(r.period_start))
 
 
 def priced_differently(stored: dict[tuple, tuple[str, Decimal]], rows: Sequence[tuple]) -> list[tuple]:
@@ -99,10 +131,11 @@ def priced_differently(stored: dict[tuple, tuple[str, Decimal]], rows: Sequence[
         if found is None:
             continue
         version, amount = found
-        if Decimal(amount) != Decimal(r[_AT["amount"]]) or (version and version != (r[_AT["price_version"]] or "")):
+        row = LEDGER.record(*r)
+        if Decimal(amount) != Decimal(row.amount) or (version and version != (row.price_version or "")):
             out.append(r)
     return out
 
 
 def as_dict(row: tuple) -> dict:
-    return dict(zip(LEDGER_COLUMNS, row))
+    return LEDGER.record(*row)._asdict()

@@ -13,8 +13,9 @@ paid for the unused share (``unused_amount``), and what the provider lost where 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import NamedTuple
 
-from gpufleet.contracts.events import alert
+from gpufleet.contracts.events import Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError
 
@@ -100,6 +101,14 @@ class _Incident:
         return i
 
 
+class _Ending(NamedTuple):
+    """How an underuse incident ended: when, why (``evidence.resolution``) and why in words."""
+
+    at: float
+    reason: str
+    why: str
+
+
 class UnderuseTracker:
     """A node's rentals: their billing periods waiting to be decided, and their open underuse incidents."""
 
@@ -146,26 +155,28 @@ class UnderuseTracker:
                     else:
                         inc.add(p, float(end))
                 elif inc is not None:
-                    self._resolve(node, key, inc, float(start), "cleared", threshold_pct, currency, out,
-                                  f"most of its GPU time at {threshold_pct:g}% or more ({util:.0f}% on average)")
+                    self._resolve(node, key, inc, _Ending(float(start), "cleared", f"most of its GPU time at "
+                                                          f"{threshold_pct:g}% or more ({util:.0f}% on average)"),
+                                  threshold_pct, currency, out)
             if not periods:
                 del self.periods[key]
         for key in [k for k, inc in self.open.items() if ends and k not in self.periods and inc.last_end + 1 < upto]:
             inc = self.open[key]        # no record of the rental since its last decided period: it ended
-            self._resolve(node, key, inc, inc.last_end, "rental_ended", threshold_pct, currency, out, "rental ended")
+            self._resolve(node, key, inc, _Ending(inc.last_end, "rental_ended", "rental ended"), threshold_pct,
+                          currency, out)
 
-    def _resolve(self, node: str, key, inc: _Incident, at: float, reason: str, threshold_pct: float,
-                 currency: str, out: Output, why: str) -> None:
+    def _resolve(self, node: str, key, inc: _Incident, ending: _Ending, threshold_pct: float, currency: str,
+                 out: Output) -> None:
         del self.open[key]
-        out.event(self._event(node, key, inc, "resolved", threshold_pct, currency, at, reason, why))
+        out.event(self._event(node, key, inc, "resolved", threshold_pct, currency, ending))
 
     def silence(self, node: str, last_ts: float, threshold_pct: float, currency: str, out: Output) -> None:
         """The node stopped reporting: its held periods are decided, then every open incident resolves, no telemetry
         since ``last_ts``."""
         self._decide(node, float("inf"), threshold_pct, currency, out, ends=False)
         for key in list(self.open):
-            self._resolve(node, key, self.open[key], last_ts, "no_telemetry", threshold_pct, currency, out,
-                          "no telemetry")
+            self._resolve(node, key, self.open[key], _Ending(last_ts, "no_telemetry", "no telemetry"), threshold_pct,
+                          currency, out)
         self.periods = {}
 
     def flush(self, node: str, threshold_pct: float, currency: str, out: Output) -> None:
@@ -173,7 +184,8 @@ class UnderuseTracker:
         self._decide(node, float("inf"), threshold_pct, currency, out, ends=False)
 
     def _event(self, node: str, key: tuple[str, str], inc: _Incident, status: str, threshold_pct: float,
-               currency: str, resolved_at: float | None = None, reason: str = "", why: str = "") -> dict:
+               currency: str, ending: _Ending | None = None) -> dict:
+        resolved_at, reason, why = ending if ending is not None else (None, "", "")
         tenant, job = key
         who = f"Job {job}" if job else "A rental"
         gpus = len(inc.gpus)
@@ -192,10 +204,10 @@ class UnderuseTracker:
                     "unsold_amount": _money(inc.unsold), "price_per_gpu_hour": inc.price, "currency": currency}
         if reason:
             evidence["resolution"] = reason
-        return alert(KIND, f"{node}:{tenant}:{job}", status=status, severity="info", node=node, gpu_uuid=None,
-                     job=job or None, tenant=tenant, pool=inc.pool, started_at=inc.start, detected_at=inc.detected,
-                     resolved_at=resolved_at, score=round(max(0.0, 1 - inc.util() / threshold_pct), 4),
-                     summary=summary, evidence=evidence)
+        return alert(KIND, f"{node}:{tenant}:{job}", Facts(
+            status=status, severity="info", where=Where(node=node, job=job or None, tenant=tenant, pool=inc.pool),
+            started_at=inc.start, detected_at=inc.detected, resolved_at=resolved_at,
+            score=round(max(0.0, 1 - inc.util() / threshold_pct), 4), told=Told(summary, evidence)))
 
     def to_state(self) -> dict:
         return {"periods": [[t, j, [[s, p.to_state()] for s, p in ps.items()]] for (t, j), ps in self.periods.items()],

@@ -28,20 +28,28 @@ emits every record.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple, Protocol
 
 from gpufleet.contracts.events import BILLING_SCHEMA
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
 
-from .billing.metered import Metered
-from .billing.prices import Tariff, money
-from .config import StreamConfig
-from .idle import Run
+from ..config import StreamConfig
+from .metered import Metered
+from .prices import Tariff, money
 
 INF = float("inf")
+
+
+class IdleRun(Protocol):
+    """What metering reads of an idle run (streams/idle.py, which runs before it on the same samples)."""
+
+    start: float                  # ts of its first sample
+    detected: float | None        # ts of the sample that completed the idle window, None while it has not
 UTIL_SCALE = 1000          # utilization kept in thousandths of a percent: sums of util x ms stay integers
 
 
@@ -72,6 +80,24 @@ class Sample:
     def end(self) -> int:
         """ms where its own interval ends (as the idle tracker computes a run's end)."""
         return _ms(self.ts + self.interval)
+
+
+class Estimate(NamedTuple):
+    """Time without a reading (a sample missing, or a gap billed): priced at its neighbours' mean utilization
+    (``near``, thousandths of a percent; None: unknown), and idle for pricing where both neighbours are idle."""
+
+    near: int | None
+    gap_idle: bool = False
+
+
+class Gap(NamedTuple):
+    """Up to the next sample of the same tenant, after a gap longer than three intervals: billed if ``fill`` (and
+    not too long) as an :class:`Estimate`."""
+
+    to: float
+    fill: bool
+    near: int | None
+    both_idle: bool
 
 
 COUNTERS = ("interval_ms", "samples", "rented", "busy", "idle", "undecided", "estimated", "unbilled", "topup",
@@ -226,7 +252,7 @@ class Metering:
         self.seq: int | None = None
         self.due = INF                          # ms: the earliest end of a period with a record
 
-    def add(self, msg: Telemetry, runs: dict[str, Run], cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
+    def add(self, msg: Telemetry, runs: Mapping[str, IdleRun], cfg: StreamConfig, tariff: Tariff, out: Output) -> None:
         """One message, after the idle tracker: ``runs`` are its open runs by GPU uuid."""
         bc = tariff.config
         period = bc.period_s * 1000
@@ -255,8 +281,8 @@ class Metering:
                         bc.gap_policy == "evidence" and lost and node_ts == a.ts))
                     idle_pct = cfg.idle_threshold_pct * UTIL_SCALE
                     both_idle = a.util is not None and after is not None and a.util < idle_pct and after < idle_pct
-                    self._break(m, a, ts if tenant == a.tenant else None, fill, tariff, period,
-                                _between(a.util, after), both_idle)
+                    gap = Gap(ts, fill, _between(a.util, after), both_idle) if tenant == a.tenant else None
+                    self._break(m, a, gap, tariff, period)
             if tenant is None:
                 m.pending = None
             else:
@@ -274,7 +300,7 @@ class Metering:
         for m in gpus.values():                     # GPUs this message does not carry
             a = m.pending
             if a is not None and ts - a.ts > 3 * a.interval and a.ts != ts:
-                self._break(m, a, None, False, tariff, period)
+                self._break(m, a, None, tariff, period)
                 m.pending = None
         self.node_ts, self.collector, self.seq = ts, msg.collector_id, msg.seq
         if ts_ms >= self.due:
@@ -289,30 +315,28 @@ class Metering:
         if m.run_start is not None and not goes_on:
             # ``a`` ends its idle run: idle (or undecided) to its own end, busy from there to the next sample
             end, upto = a.end, max(_ms(ts), a.end)
-            self._time(m, a, a.start, end, True, False, period)
-            self._time(m, a, end, upto, False, missing, period, near)
+            self._time(m, a, a.start, end, True, period)
+            self._time(m, a, end, upto, False, period, Estimate(near) if missing else None)
             m.resolve()
             return upto
         upto = _ms(ts)
         cut = a.end if missing else upto
-        self._time(m, a, a.start, min(cut, upto), m.run_start is not None, False, period)
+        self._time(m, a, a.start, min(cut, upto), m.run_start is not None, period)
         if missing:
-            self._time(m, a, cut, upto, m.run_start is not None, True, period, near)
+            self._time(m, a, cut, upto, m.run_start is not None, period, Estimate(near))
         return upto
 
-    def _break(self, m: GpuMeter, a: Sample, gap_to: float | None, fill: bool, tariff: Tariff, period: int,
-               near: int | None = None, both_idle: bool = False) -> None:
-        """``a``'s rental does not continue within three intervals: ``a`` covers its own interval. ``gap_to``:
-        the next sample of the same tenant, after a longer gap, billed if ``fill`` (and not too long), priced
-        at the neighbours' mean utilization ``near``, and idle for pricing where both neighbours are idle."""
+    def _break(self, m: GpuMeter, a: Sample, gap: Gap | None, tariff: Tariff, period: int) -> None:
+        """``a``'s rental does not continue within three intervals: ``a`` covers its own interval. ``gap``: up to
+        the next sample of the same tenant, after a longer gap (None: none comes)."""
         end = a.end
-        self._time(m, a, a.start, end, m.run_start is not None, False, period)
+        self._time(m, a, a.start, end, m.run_start is not None, period)
         if m.run_start is not None:
             m.resolve()
-        if gap_to is not None:
-            upto = _ms(gap_to)
-            if fill and upto - end <= tariff.config.max_gap_s * 1000:
-                self._time(m, a, end, upto, False, True, period, near, both_idle)
+        if gap is not None:
+            upto = _ms(gap.to)
+            if gap.fill and upto - end <= tariff.config.max_gap_s * 1000:
+                self._time(m, a, end, upto, False, period, Estimate(gap.near, gap.both_idle))
                 return                               # the rental goes on
             self._unbilled(m, a, end, upto, period)
         minimum = tariff.minimum_ms(a.pool, a.model, end / 1000)
@@ -321,13 +345,15 @@ class Metering:
             rec.topup += minimum - m.rental_ms
         m.rental_ms = 0
 
-    def _time(self, m: GpuMeter, a: Sample, lo: int, hi: int, in_run: bool, estimated: bool, period: int,
-              near: int | None = None, gap_idle: bool = False) -> None:
+    def _time(self, m: GpuMeter, a: Sample, lo: int, hi: int, in_run: bool, period: int,
+              estimate: Estimate | None = None) -> None:
         """Attribute [lo, hi) ms of ``a``'s tenant and job: to its idle run (idle once the run reached the window,
-        undecided before) or busy; cut at period boundaries. Estimated time has no reading: it is priced at
-        ``near`` (its neighbours' mean utilization), and ``gap_idle`` marks it idle for pricing."""
+        undecided before) or busy; cut at period boundaries. Time with an ``estimate`` has no reading: it is priced
+        at its neighbours' mean utilization, and idle for pricing where its gap is idle."""
         if lo >= hi:
             return
+        estimated = estimate is not None
+        near, gap_idle = (estimate.near, estimate.gap_idle) if estimate is not None else (None, False)
         util = None if estimated else a.util
         priced = near if estimated else util
         idle, count = in_run and m.run_idle, not estimated and lo == a.start
@@ -437,7 +463,7 @@ class Metering:
         for m in self.gpus.values():
             a = m.pending
             if a is not None:
-                self._time(m, a, a.start, a.end, m.run_start is not None, False, period)
+                self._time(m, a, a.start, a.end, m.run_start is not None, period)
                 m.pending = None
             if m.run_start is not None:
                 m.resolve()

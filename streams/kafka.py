@@ -120,7 +120,7 @@ def produce(bootstrap: str, topic: str, items: Iterable[tuple[str, bytes]], **co
 
 def produce_to_every_partition(bootstrap: str, topic: str, value: bytes) -> int:
     """Send ``value`` once to each partition of ``topic`` (a control message such as the end of stream)."""
-    partitions = sorted(end_offsets(bootstrap, topic))
+    partitions = partitions_of(bootstrap, topic)
     producer = Producer(producer_config(bootstrap))
     failed: list[str] = []
     for p in partitions:
@@ -214,12 +214,44 @@ def consume(bootstrap: str, topic: str, group: str, *, stop_after: int | None = 
         consumer.close()
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """High watermark of each partition."""
+def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:
+    """The partition numbers of ``topic``, from the cluster's metadata (no leader needs to answer for its
+    offsets, so a broker that is failing over does not stop a control message)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        meta = admin.list_topics(topic, timeout=timeout_s).topics
+    except KafkaException as err:
+        raise KafkaUnavailable(f"Kafka at {bootstrap} did not answer: {err}") from None
+    if topic not in meta or meta[topic].error is not None:
+        raise KafkaUnavailable(f"no topic {topic} at {bootstrap}")
+    return sorted(meta[topic].partitions)
+
+
+# Errors a partition's leader gives while it fails over or catches up: asked again, they pass.
+PASSING_ERRORS = frozenset({KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TIMED_OUT,
+                            KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def end_offsets(bootstrap: str, topic: str, patience_s: float = 60.0) -> dict[int, int]:
+    """High watermark of each partition. A leader that is failing over or catching up is asked again
+    (with backoff) for up to ``patience_s`` before the error is raised."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gpufleet-offsets"})
+    deadline, pause = time.monotonic() + patience_s, 0.25
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        ends: dict[int, int] = {}
+        for p in parts:
+            while p not in ends:
+                try:
+                    ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                except KafkaException as err:
+                    if err.args[0].code() not in PASSING_ERRORS or time.monotonic() > deadline:
+                        raise
+                    log.info("partition %s/%s: %s; asking again", topic, p, err.args[0].str())
+                    time.sleep(pause)
+                    pause = min(pause * 2, 5.0)
+        return ends
     finally:
         consumer.close()
 

@@ -95,3 +95,14 @@ def test_an_underuse_over_before_it_could_be_decided_is_never_told_as_firing_and
     assert not [e for e in events if e.get("kind") == "underuse"]
     unused = sum(Decimal(e["unused_amount"]) for e in events if e["schema"] == "gpufleet.billing.v1")
     assert unused > Decimal("7")                # the first hour's 4 GPU-hours at 2.00, about 94 % unused
+
+
+def test_a_gap_shorter_than_silent_after_never_resolves_or_refires():
+    """A node that sends nothing for 513 s (under stream.silent_after_s, 600 s), at several moments of a long
+    underuse: one incident throughout, told once, then only updates; nothing resolves."""
+    gaps = [(T0 + h * 3600 + 1500, T0 + h * 3600 + 1500 + 513) for h in range(6)]
+    messages = [m for m in fleet(hours=7) if not any(lo <= m["ts"] < hi for lo, hi in gaps)]
+    under = [e for e in run(messages) if e.get("kind") == "underuse"]
+    assert len({e["id"] for e in under}) == 1
+    assert [e["status"] for e in under] == ["firing"] * len(under)
+    assert [e["revision"] for e in under] == list(range(len(under)))

@@ -20,8 +20,9 @@ def make(kind="idle", target="GPU-1", status="firing", severity="warning", node=
     return alert(kind, target, Facts(
         status=status, severity=severity, where=Where(node=node, gpu_uuid=gpu, job=job, tenant=tenant, pool=pool),
         started_at=started, detected_at=started + 600, resolved_at=started + 900 if status == "resolved" else None,
-        score=1.0, told=Told(f"{kind} on {target} (revision {revision})", {"x": 1 + revision}), revision=revision,
-        change=change, previous_severity=previous))
+        score=1.0, told=Told(f"{kind} on {target}" + (f" (revision {revision})" if revision else ""),
+                             {"x": 1 + revision}),
+        revision=revision, change=change, previous_severity=previous))
 
 
 def incident(kind="idle", target="GPU-1", **kw) -> tuple[dict, dict]:

@@ -219,7 +219,7 @@ def notify_status(args, settings) -> int:
         if breaker == "down":
             breaker = f"DOWN since {_utc(r['since'])}: {r.get('last_error', '')[:80]}" if r.get("since") else "DOWN"
         rows.append((name, breaker, states, _utc(r["last_sent"]) if r.get("last_sent") else "-"))
-    print(table(("RECEIVER", "STATE", "DELIVERIES", "LAST SENT"), rows))
+    print(table(["RECEIVER", "STATE", "DELIVERIES", "LAST SENT"], rows))
     return 1 if any(r.get("breaker") == "down" for r in found.values()) else 0
 
 

@@ -174,10 +174,10 @@ class Router:
         else:
             self._closed(aid)
         chosen, unheard = self._receivers(alert, states)
-        unheard = [Delivery(alert, m.receiver, m.group_key, partition) for m in unheard
-                   if states.get((aid, step, m.receiver)) not in FINAL]
-        if unheard:                                  # recorded, so that its firing, if it turns up, is never told
-            self.outbox.record(unheard, "superseded", reason="never told of its firing")
+        never = [Delivery(alert, m.receiver, m.group_key, partition) for m in unheard
+                 if states.get((aid, step, m.receiver)) not in FINAL]
+        if never:                                    # recorded, so that its firing, if it turns up, is never told
+            self.outbox.record(never, "superseded", reason="never told of its firing")
         for m in chosen:
             key = (aid, step, m.receiver)
             group = self._group(m)

@@ -25,6 +25,7 @@ Severity = Literal["info", "warning", "critical"]
 # severity reaches), or its numbers moved (an update: no new page)
 Change = Literal["escalated", "deescalated", "updated"]
 SEVERITIES = ("info", "warning", "critical")
+DEESCALATE_AFTER_S = 900.0    # stream seconds a lower severity must hold before an open incident is told de-escalated
 UPDATE_EVERY_S = 1800.0       # stream seconds between two updates of an open incident's numbers (at most)
 DEFAULT_MANUAL_URL = "http://127.0.0.1:8080/manual/"     # the manual as gpufleet serve serves it (make docs)
 

@@ -19,7 +19,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, Self
 
-from gpufleet.contracts.events import UPDATE_EVERY_S, Facts, Told, Where, alert, change_of
+from gpufleet.contracts.events import (
+    DEESCALATE_AFTER_S,
+    SEVERITIES,
+    UPDATE_EVERY_S,
+    Facts,
+    Told,
+    Where,
+    alert,
+    change_of,
+)
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 
@@ -196,6 +205,7 @@ class Incident:
     told: str = ""                   # the severity its last firing event said ("": none told yet)
     told_at: float = 0.0             # when that was (stream time)
     revision: int = 0                # firing events after the first
+    lower_since: float | None = None     # since when the windows have shown a severity below the one told
 
     def to_state(self) -> dict:
         return {**save_fields(self), "info": self.info.to_state()}
@@ -207,7 +217,7 @@ class Incident:
         # saved before lacks them (an open incident then counts as told at its detection, at the severity seen)
         info = seen.from_state(state.get("info", {}))
         told = {"told": info.severity if state.get("detected_at") is not None else "",
-                "told_at": state.get("detected_at") or 0.0, "revision": 0}
+                "told_at": state.get("detected_at") or 0.0, "revision": 0, "lower_since": None}
         return load_fields(cls, {"flaps": 0, "clear_since": None, "reason": "", **told, **state, "info": info},
                            "incident")
 
@@ -263,7 +273,7 @@ class Incidents:
                 st.detected_at = ts
                 st.told, st.told_at = info.severity, ts
                 out.event(describe("firing", info, st, None))
-            elif st.detected_at is not None and (info.severity != st.told or ts - st.told_at >= UPDATE_EVERY_S):
+            elif st.detected_at is not None:
                 self._restate(st, ts, describe, out)
         elif st is not None:
             st.hits = 0
@@ -279,15 +289,29 @@ class Incidents:
 
     @staticmethod
     def _restate(st: Incident, ts: float, describe: Describe, out: Output) -> None:
-        """An open incident's firing event again: its severity changed (told to every route the new one reaches),
-        or ``UPDATE_EVERY_S`` has passed since it was last told (its numbers now, no new page)."""
-        now = st.info.severity
-        change = change_of(st.told, now)
+        """An open incident's firing event again, when it is due: its severity rose (told at once to every route the
+        new one reaches), its severity fell and stayed lower for ``DEESCALATE_AFTER_S`` (a severity hovering at a
+        threshold pages once, not at every crossing), or ``UPDATE_EVERY_S`` has passed since it was last told
+        (its numbers now, at the severity told: no new page)."""
+        seen, told = st.info.severity, st.told
+        rank = SEVERITIES.index
+        lower = seen in SEVERITIES and told in SEVERITIES and rank(seen) < rank(told)
+        st.lower_since = (st.lower_since if st.lower_since is not None else ts) if lower else None
+        if seen != told and not lower:
+            now = seen                                       # escalated
+        elif lower and ts - (st.lower_since or ts) >= DEESCALATE_AFTER_S:
+            now = seen                                       # de-escalated, and it held
+        elif ts - st.told_at >= UPDATE_EVERY_S:
+            now = told                                       # its numbers now
+        else:
+            return
+        change = change_of(told, now)
         st.revision += 1
         e = describe("firing", st.info, st, None)
-        e["revision"], e["change"] = st.revision, change
+        e["revision"], e["change"], e["severity"] = st.revision, change, now
         if change != "updated":
-            e["previous_severity"] = st.told
+            e["previous_severity"] = told
+            st.lower_since = None
         st.told, st.told_at = now, ts
         out.event(e)
 

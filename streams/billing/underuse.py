@@ -120,12 +120,13 @@ class _Ending(NamedTuple):
 class UnderuseTracker:
     """A node's rentals: their billing periods waiting to be decided, and their open underuse incidents."""
 
-    __slots__ = ("periods", "open", "newest")
+    __slots__ = ("periods", "open", "newest", "clock")
 
     def __init__(self) -> None:
         self.periods: dict[tuple[str, str], dict[int, _Period]] = {}   # (tenant, job) -> period start -> sums
         self.open: dict[tuple[str, str], _Incident] = {}
         self.newest = 0.0                                              # the latest period end seen on the node
+        self.clock = 0.0                     # the node's latest time: when a decision is made (its detected_at)
 
     def add(self, node: str, records: list[dict], threshold_pct: float, slack_s: float, currency: str,
             out: Output, now: float | None = None) -> None:
@@ -133,6 +134,7 @@ class UnderuseTracker:
         emits none); decide the periods now far enough behind."""
         if now is not None:
             self.newest = max(self.newest, now)
+            self.clock = max(self.clock, now)
         for e in records:
             key = (e["tenant"], e.get("job") or "")
             self.periods.setdefault(key, {}).setdefault(int(e["period_start"]), _Period()).add(e)
@@ -163,7 +165,7 @@ class UnderuseTracker:
                     continue
                 if 2 * p.underused_s >= p.busy_s:    # most of its GPU time underused, by the ledger's records
                     if inc is None:
-                        inc = self.open[key] = _Incident(float(start), self.newest, float(end))
+                        inc = self.open[key] = _Incident(float(start), self.clock or self.newest, float(end))
                         opened.add(key)
                     inc.add(p, float(end))
                     moved.add(key)
@@ -236,7 +238,8 @@ class UnderuseTracker:
 
     def to_state(self) -> dict:
         return {"periods": [[t, j, [[s, p.to_state()] for s, p in ps.items()]] for (t, j), ps in self.periods.items()],
-                "open": [[t, j, i.to_state()] for (t, j), i in self.open.items()], "newest": self.newest}
+                "open": [[t, j, i.to_state()] for (t, j), i in self.open.items()], "newest": self.newest,
+                "clock": self.clock}
 
     @classmethod
     def from_state(cls, state: dict) -> UnderuseTracker:
@@ -245,6 +248,7 @@ class UnderuseTracker:
             u.periods = {(t, j): {int(s): _Period.from_state(p) for s, p in ps} for t, j, ps in state["periods"]}
             u.open = {(t, j): _Incident.from_state(i) for t, j, i in state["open"]}
             u.newest = float(state["newest"])
+            u.clock = float(state.get("clock", u.newest))
         except (KeyError, TypeError, ValueError) as err:
             raise StateError(f"underuse: saved state is not readable ({err})") from None
         return u

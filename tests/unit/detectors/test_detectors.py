@@ -313,6 +313,8 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
 
 
 def test_an_open_incident_is_told_again_when_its_severity_moves_and_its_numbers_every_half_hour():
+    """An escalation is told at once; a de-escalation once the lower severity has held 15 minutes (a severity
+    hovering at its threshold pages once); the numbers every half hour, at the severity told."""
     from gpufleet.contracts.events import Told
     from gpufleet.models.detectors.base import event
     km = Model.untrained().kinds["memory_leak"]
@@ -323,14 +325,15 @@ def test_an_open_incident_is_told_again_when_its_severity_moves_and_its_numbers_
         return event("memory_leak", "g", status, st, resolved_at, info, Told(f"{info.severity} {info.score}", {}))
 
     for ts, severity in ((0, "warning"), (60, "warning"), (120, "critical"), (180, "critical"), (240, "warning"),
-                         (1800, "warning"), (2100, "warning"), (2400, "warning")):
+                         (300, "critical"), (400, "warning"), (1299, "warning"), (1300, "warning"), (3000, "warning"),
+                         (3100, "warning"), (3200, "warning")):
         inc.observe("memory_leak:g", True, ts, Seen(severity=severity, score=ts), Judge(km, out, describe))
-    inc.observe("memory_leak:g", False, 2460, None, Judge(km, out, describe))
+    inc.observe("memory_leak:g", False, 3260, None, Judge(km, out, describe))
     told = [(e["status"], e["severity"], e["revision"], e.get("change"), e.get("previous_severity"), e["summary"])
             for e in out.events]
     assert told == [("firing", "warning", 0, None, None, "warning 0"),
                     ("firing", "critical", 1, "escalated", "warning", "critical 120"),
-                    ("firing", "warning", 2, "deescalated", "critical", "warning 240"),
-                    ("firing", "warning", 3, "updated", None, "warning 2100"),      # 30 min after the last told
-                    ("resolved", "warning", 3, None, None, "warning 2400")]
+                    ("firing", "warning", 2, "deescalated", "critical", "warning 1300"),   # held 15 min from 400
+                    ("firing", "warning", 3, "updated", None, "warning 3100"),      # 30 min after the last told
+                    ("resolved", "warning", 3, None, None, "warning 3200")]
     assert len({e["id"] for e in out.events}) == 1 and {e["detected_at"] for e in out.events} == {0}

@@ -149,8 +149,13 @@ ENDINGS = {True: ("out_of_memory",), False: ("job_ended", "rental_ended", "proce
 
 def ending_agrees(fault: dict, resolve: dict) -> bool:
     """Whether a resolve says how its (leak) fault ended: ``out_of_memory`` for one that reached it, its job's or
-    process's end for one still growing when its job ended; ``cleared`` for neither (the leak never stopped)."""
-    return (resolve.get("evidence") or {}).get("resolution") in ENDINGS[bool(fault.get("reaches_oom"))]
+    process's end for one still growing when its job ended, ``no_telemetry`` for one still growing when its GPU's
+    telemetry stopped (the recording's end: resolved within a minute of the fault's end); ``cleared`` for neither
+    (the leak never stopped)."""
+    resolution = (resolve.get("evidence") or {}).get("resolution")
+    if resolution == "no_telemetry" and not fault.get("reaches_oom"):
+        return abs((resolve.get("resolved_at") or 0.0) - fault["end"]) <= 60.0
+    return resolution in ENDINGS[bool(fault.get("reaches_oom"))]
 
 
 def named_cause(alert: dict) -> str | None:

@@ -71,3 +71,20 @@ def test_cleared_is_a_process_that_still_runs_with_its_growth_stopped_below_the_
     # it stops at minute 35 (20.5 GB of 24) and runs on flat
     events = leak_life(lambda m, used: (20.5e9, 100, "svc", "t"))
     assert resolution(events) == "cleared"
+
+
+def test_the_evaluation_reads_an_ending_against_the_labels_ending():
+    from gpufleet.models.evaluate import ending_agrees
+
+    def resolve(resolution, at=5000.0):
+        return {"evidence": {"resolution": resolution}, "resolved_at": at}
+    oom = {"reaches_oom": True, "end": 5000.0}
+    ended = {"reaches_oom": False, "end": 5000.0}
+    assert ending_agrees(oom, resolve("out_of_memory")) and not ending_agrees(oom, resolve("cleared"))
+    assert not ending_agrees(oom, resolve("job_ended")) and not ending_agrees(oom, resolve("no_telemetry"))
+    for how in ("job_ended", "rental_ended", "process_ended"):
+        assert ending_agrees(ended, resolve(how))
+    assert not ending_agrees(ended, resolve("out_of_memory")) and not ending_agrees(ended, resolve("cleared"))
+    # the telemetry stopped with the fault (a recording's end): told as no telemetry, and that is how it ended
+    assert ending_agrees(ended, resolve("no_telemetry", 4990.0))
+    assert not ending_agrees(ended, resolve("no_telemetry", 3000.0))      # silent long before the fault ended

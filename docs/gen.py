@@ -157,20 +157,30 @@ CONTRACT_MEANINGS: dict[str, dict[str, str]] = {
         "dedup_key": "`<kind>:<target>`: one incident per key at a time (a GPU uuid, a node, or `node:job`)",
         "kind": "`straggler`, `io_starvation`, `memory_leak`, `idle` or `underuse` "
                 "([runbooks](runbooks/index.md))",
-        "status": "`firing` once, then `resolved` once",
+        "status": "`firing`: the incident's first event (`revision` 0), then one for each change of severity and "
+                  "each update of its numbers; `resolved` once at its end",
         "severity": "`info`, `warning` or `critical`",
         "node": "the node (none for a job-wide alert)",
         "gpu_uuid": "the GPU (none for a node-level or job alert)",
         "job": "the job",
         "tenant": "the tenant",
         "pool": "the pool",
-        "started_at": "when the condition began (event time)",
-        "detected_at": "when it was detected: the delay is `detected_at - started_at`",
+        "started_at": "when the condition began, as far as the evidence shows (the start of the first window "
+                      "that showed it; event time)",
+        "detected_at": "when the stream decided (stream time): the detection delay is `detected_at - started_at`; "
+                       "the same on every event of the incident",
         "resolved_at": "when the condition cleared (a resolve only)",
         "score": "the detector's score (a probability for the trained kinds)",
         "summary": "one plain sentence",
         "evidence": "the numbers behind it, raw units (bytes, seconds); `cause`, `also_seen`, `resolution`, "
                     "`flaps` as each runbook says",
+        "revision": "0 on the incident's first firing; one more on each later firing event (a resolve carries the "
+                    "last)",
+        "change": "on a later firing event: `escalated` or `deescalated` (its severity moved: told to every route "
+                  "the new severity reaches) or `updated` (its numbers now, every 30 min of stream time at most; no "
+                  "new page)",
+        "previous_severity": "on an escalation or de-escalation: the severity before it",
+        "runbook_url": "its kind's runbook page in the manual (`serve.manual_url`)",
     },
     "gpufleet.billing.v1": {
         "schema": "`gpufleet.billing.v1`",

@@ -143,6 +143,12 @@ class NotifySettings(BaseModel):
     retry_for_s: float = Field(900.0, ge=0, le=7 * 86400,
                                description="how long a delivery is retried (5xx, timeouts, 429) before it is "
                                            "dead-lettered")
+    probe_every_s: float = Field(60.0, gt=0, le=3600,
+                                 description="while a receiver is down (a delivery retried past retry_for_s), one "
+                                             "delivery this often is tried; the others are dead-lettered at once")
+    finish_wait_s: float = Field(45.0, ge=0, le=86400,
+                                 description="replay and demo --notify wait at most this long for deliveries at the "
+                                             "end, then say what is still owed (kept in the outbox) and exit 1")
     backoff_s: float = Field(1.0, gt=0, le=3600, description="first wait before a retry; doubles each time")
     backoff_max_s: float = Field(60.0, gt=0, le=3600, description="longest wait between retries")
     max_owed: int = Field(10_000, ge=1, le=10_000_000,
@@ -236,6 +242,8 @@ class ServeSettings(BaseModel):
     refresh_s: int = Field(60, ge=0, le=86400, description="the fleet page reloads itself this often (0: never)")
     alert_days: float = Field(7.0, gt=0, le=366, description="incidents still firing are looked for this many days "
                                                              "back")
+    manual_dir: str = Field("site", description="the built manual (make docs) served at /manual/, where alerts' "
+                                                "runbook links point (stream.manual_url)")
 
 
 class Settings(BaseSettings):

@@ -42,6 +42,7 @@ class Response:
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def json_response(value, status: int = 200) -> Response:
@@ -60,7 +61,14 @@ class Router:
 
     def __init__(self):
         self.routes: dict[tuple[str, str], Handler] = {}
+        self.prefixes: list[tuple[str, Handler]] = []          # GET paths under a prefix (static files)
         self.descriptions: dict[str, str] = {}
+
+    def add_prefix(self, prefix: str, handler: Handler, description: str = "") -> None:
+        """Answer GET of every path under ``prefix`` (ending in ``/``) with ``handler``."""
+        self.prefixes.append((prefix, handler))
+        if description:
+            self.descriptions[prefix] = description
 
     def add(self, method: str, path: str, handler: Handler, description: str = "") -> None:
         if (method, path) in self.routes:
@@ -71,6 +79,9 @@ class Router:
 
     def handle(self, request: Request) -> Response:
         handler = self.routes.get((request.method, request.path))
+        if handler is None and request.method == "GET":
+            handler = next((h for p, h in self.prefixes if request.path.startswith(p) or request.path == p[:-1]),
+                           None)
         if handler is None:
             if any(p == request.path for _, p in self.routes):
                 return error(405, f"{request.method} is not allowed on {request.path}")
@@ -80,6 +91,36 @@ class Router:
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             return error(500, "internal error, see the server's log")
+
+
+def static_files(directory: str, prefix: str, missing: str) -> Handler:
+    """A handler serving the files under ``directory`` at ``prefix`` (``index.html`` for a folder); ``missing`` is
+    what a 404 says while the directory does not exist. Never a path outside ``directory``."""
+    import mimetypes
+    import os
+
+    root = os.path.realpath(directory)
+
+    def handle(request: Request) -> Response:
+        if not os.path.isdir(root):
+            return error(404, missing)
+        if request.path == prefix[:-1]:
+            return Response(301, b"", "text/plain", {"Location": prefix})
+        rel = request.path[len(prefix):]
+        path = os.path.realpath(os.path.join(root, rel))
+        if path != root and not path.startswith(root + os.sep):
+            return error(404, f"no such page {request.path}")
+        if os.path.isdir(path):
+            path = os.path.join(path, "index.html")
+        if not os.path.isfile(path):
+            return error(404, f"no such page {request.path}")
+        with open(path, "rb") as f:
+            body = f.read()
+        kind = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if kind.startswith("text/") or kind in ("application/javascript", "application/json"):
+            kind += "; charset=utf-8"
+        return Response(200, body, kind)
+    return handle
 
 
 def make_server(router: Router, host: str, port: int) -> ThreadingHTTPServer:
@@ -95,6 +136,8 @@ def make_server(router: Router, host: str, port: int) -> ThreadingHTTPServer:
             body = response.body
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
+            for name, value in response.headers.items():
+                self.send_header(name, value)
             if len(body) >= GZIP_MIN:
                 self.send_header("Vary", "Accept-Encoding")
                 try:

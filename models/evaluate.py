@@ -33,6 +33,13 @@ class KindReport:
     leak_hour_hits: int = 0             # ... and were alerted within an hour of their start
     causes_checked: int = 0             # incidents matching a fault whose variant names a cause
     causes_agreed: int = 0              # ... whose evidence names that cause
+    endings_checked: int = 0            # resolved incidents matching a fault whose label says how it ended
+    endings_agreed: int = 0             # ... whose resolution says the same
+
+    @property
+    def ending_agreement(self) -> float | None:
+        """The share of resolved incidents whose ``resolution`` agrees with how their fault ended."""
+        return self.endings_agreed / self.endings_checked if self.endings_checked else None
 
     @property
     def cause_agreement(self) -> float | None:
@@ -98,13 +105,15 @@ class Report:
                         round(self.false_per_1000h(k.kind), 2),
                         None if k.incidents_per_fault is None else round(k.incidents_per_fault, 2),
                         None if k.cause_agreement is None else round(k.cause_agreement, 3),
+                        None if k.ending_agreement is None else f"{k.ending_agreement:.0%} of {k.endings_checked}",
                         None if k.leak_early_share is None else f"{k.leak_early_share:.0%} of {k.leak_long}",
                         None if k.leak_within_hour_share is None else
                         f"{k.leak_within_hour_share:.0%} of {k.leak_hours}"))
         return out
 
     HEADERS = ["kind", "faults", "incidents", "precision", "recall", "F1", "delay_p50_min", "delay_p95_min",
-               "false_per_1000_gpu_h", "incidents_per_fault", "cause_agreement", "leaks_alerted_10min_before_oom",
+               "false_per_1000_gpu_h", "incidents_per_fault", "cause_agreement", "ending_agreement",
+               "leaks_alerted_10min_before_oom",
                "leaks_alerted_within_1h"]
 
     def to_dict(self) -> dict:
@@ -133,6 +142,22 @@ def variant_cause(fault: dict) -> str | None:
     return variants.get(fault.get("cause") or fault.get("source") or "")
 
 
+# How a leak ended, as its label says (the out-of-memory, or the job's end with the leak still growing), and the
+# resolutions that say the same.
+ENDINGS = {True: ("out_of_memory",), False: ("job_ended", "rental_ended", "process_ended")}
+
+
+def ending_agrees(fault: dict, resolve: dict) -> bool:
+    """Whether a resolve says how its (leak) fault ended: ``out_of_memory`` for one that reached it, its job's or
+    process's end for one still growing when its job ended, ``no_telemetry`` for one still growing when its GPU's
+    telemetry stopped (the recording's end: resolved within a minute of the fault's end); ``cleared`` for neither
+    (the leak never stopped)."""
+    resolution = (resolve.get("evidence") or {}).get("resolution")
+    if resolution == "no_telemetry" and not fault.get("reaches_oom"):
+        return abs((resolve.get("resolved_at") or 0.0) - fault["end"]) <= 60.0
+    return resolution in ENDINGS[bool(fault.get("reaches_oom"))]
+
+
 def named_cause(alert: dict) -> str | None:
     """The cause family an alert's evidence names."""
     text = (alert.get("evidence") or {}).get("cause") or ""
@@ -158,11 +183,12 @@ def score(labels: list[dict], alerts: list[dict], gpu_hours: float, idle_window_
     kinds = {k: KindReport(k) for k in KINDS}
     incidents: dict[str, dict] = {}
     for a in sorted(alerts, key=lambda a: a["detected_at"]):
-        if a.get("status") == "firing" and a["kind"] in kinds:
+        if a.get("status") == "firing" and not a.get("revision") and a["kind"] in kinds:     # an incident's first
             incidents.setdefault(a["id"], a)           # repeats of one incident (at-least-once) count once
     by_kind: dict[str, list[dict]] = {k: [] for k in KINDS}
     for a in incidents.values():
         by_kind[a["kind"]].append(a)
+    resolves = {a["id"]: a for a in alerts if a.get("status") == "resolved"}
     for fault in labels:
         if fault["kind"] in kinds:
             kinds[fault["kind"]].faults += 1
@@ -183,6 +209,10 @@ def score(labels: list[dict], alerts: list[dict], gpu_hours: float, idle_window_
             if expected is not None:
                 report.causes_checked += len(hits)
                 report.causes_agreed += sum(1 for a in hits if named_cause(a) == expected)
+            if oom and "reaches_oom" in f:
+                ended = [resolves[a["id"]] for a in hits if a["id"] in resolves]
+                report.endings_checked += len(ended)
+                report.endings_agreed += sum(1 for r in ended if ending_agrees(f, r))
             if hits:
                 first = min(a["detected_at"] for a in hits)
                 report.detected_faults += 1
@@ -203,7 +233,7 @@ def chart(labels: list[dict], alerts: list[dict], path: str, title: str = "Fault
 
     colors = colours()
     faults = sorted((f for f in labels if f["kind"] != "idle"), key=lambda f: f["start"])[:max_rows]
-    firing = [a for a in alerts if a.get("status") == "firing"]
+    firing = [a for a in alerts if a.get("status") == "firing" and not a.get("revision")]
     t0 = min([f["start"] for f in faults] + [a["detected_at"] for a in firing] or [0.0])
     fig, ax = plt.subplots(figsize=(12, max(3.0, 0.28 * len(faults) + 1.5)))
     for row, f in enumerate(faults):
@@ -232,7 +262,7 @@ def chart(labels: list[dict], alerts: list[dict], path: str, title: str = "Fault
 # it, are in its registry entry (models/detectors).
 GOALS = {"faults_per_kind": 30, "gpu_hours": 5000, "f1": 0.9, "false_per_1000h": 1.0, "leak_early_share": 0.9,
          "leak_within_hour_share": 0.9, "margin_over_baselines": 0.1, "incidents_per_fault": 1.1,
-         "cause_agreement": 0.95}
+         "cause_agreement": 0.95, "ending_agreement": 0.95}
 
 
 def interval_goals(by_interval: dict[float, dict]) -> list[tuple[str, bool, str]]:
@@ -292,6 +322,10 @@ def goals(reports: dict) -> list[tuple[str, bool, str]]:
         out.append((f"{k}: faults growing an hour or more alerted within 60 min of their start in >= 90%",
                     hour is not None and hour >= GOALS["leak_within_hour_share"],
                     "n/a" if hour is None else f"{hour:.0%} of {kr.leak_hours}"))
+        ending = kr.ending_agreement
+        out.append((f"{k}: resolution says how the fault ended in >= {GOALS['ending_agreement']:.0%}",
+                    ending is not None and ending >= GOALS["ending_agreement"],
+                    "n/a" if ending is None else f"{ending:.0%} of {kr.endings_checked}"))
     for name in ("threshold baseline", "isolation forest baseline"):
         if name in reports:
             for k in KINDS:

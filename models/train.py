@@ -197,7 +197,7 @@ def incidents(kind: str, rows: list[tuple], decider, scores: list[float] | None 
         if p and not u and held_back is not None and held_back(key, info, tracker):
             p = False
         tracker.observe(key, p, ts, info, Judge(decider, out, describe), urgent=u)
-    fired = [e for e in out.events if e["status"] == "firing"]
+    fired = [e for e in out.events if e["status"] == "firing" and not e.get("revision")]    # each incident once
     for e in fired:                               # ids unique per incident, as alert ids are
         e["id"] = f"{e['id']}:{e['gpu_uuid'] or e['node']}:{e['job']}"
     return fired

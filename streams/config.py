@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpufleet.contracts.events import DEFAULT_MANUAL_URL
+
 # settings that the price table (billing.prices, streams/billing/prices.py) replaced
 MOVED = {"prices": "billing.prices, one entry per pool or GPU model",
          "default_price_per_gpu_hour": 'billing.prices, the entry with match = "*"',
@@ -38,6 +40,10 @@ class StreamConfig(BaseModel):
         description="a node whose telemetry has a gap longer than this is silent: its alerts resolve as \"no "
                     "telemetry since\" its last message (found by the gap itself, and sooner by stream time in replay "
                     "and the demo, by wall clock in the live mode)")
+    manual_url: str = Field(
+        DEFAULT_MANUAL_URL, pattern=r"^https?://[^\s]+/$",
+        description="the manual's base URL (ending in /): every alert's runbook_url points at its kind's runbook in "
+                    "it; the default is the manual gpufleet serve serves at /manual/ once make docs built it")
     model: str | None = Field(None,
                               description="path of a trained model (gpufleet model train); default: the packaged one")
     hold_down_s: dict[str, float] = Field(

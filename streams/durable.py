@@ -103,6 +103,9 @@ class Processor(Protocol):
     def forget(self) -> None:
         """Drop live state: after a rebalance it is restored from the table."""
 
+    def output(self) -> Output:
+        """An empty output for a batch's results."""
+
 
 class Share:
     """One part of an input that carries several items: the input is done when every part is."""
@@ -207,7 +210,7 @@ class Stage:
         self.reread = reread                  # sends the consumer back to an offset of a partition
         self.session_s = session_s            # a worker silent this long may have lost its partitions
         self.topics, self.rebalances, self.metrics = topics, rebalances, metrics
-        self.out = Output()
+        self.out = processor.output()
         self.pending = Pending()
         self.lock = asyncio.Lock()
         self.inflight: asyncio.Task | None = None    # the results on their way to durability
@@ -232,7 +235,7 @@ class Stage:
         self.held = []
         self.missing.clear()
         self.pending, self.pending_since = Pending(), None
-        self.out = Output()
+        self.out = self.processor.output()
         self.sink.discard()
         self.processor.forget()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gpufleet.contracts import tables
-from gpufleet.contracts.events import Facts, Told, Where, alert
+from gpufleet.contracts.events import UPDATE_EVERY_S, Facts, Told, Where, alert
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 from gpufleet.contracts.telemetry import Telemetry
@@ -41,13 +41,16 @@ class Run:
     samples: int = 0
     max_util: float = 0.0
     detected: float | None = None  # ts of the sample that completed the window
+    told_at: float | None = None   # ts of its last firing event (an update every UPDATE_EVERY_S after the first)
+    revision: int = 0              # firing events after the first
 
     def to_state(self) -> dict:
         return save_fields(self)
 
     @classmethod
     def from_state(cls, state: dict) -> Run:
-        return load_fields(cls, state, "idle run")
+        # told_at and revision came with updates: a run saved before counts as told when it was detected
+        return load_fields(cls, {"told_at": state.get("detected"), "revision": 0, **state}, "idle run")
 
     @property
     def end(self) -> float:
@@ -122,14 +125,24 @@ class IdleTracker:
             run.samples += 1
             if util > run.max_util:
                 run.max_util = util
-            if run.detected is None and run.duration >= cfg.idle_window_s:
-                run.detected = ts
-                out.event(alert("idle", g.uuid, Facts(
-                    status="firing", severity="warning", where=_where(msg.node, g.uuid, run), started_at=run.start,
-                    detected_at=ts, resolved_at=None, score=run.duration / cfg.idle_window_s, told=Told(
-                        f"{_label(msg.node, run)} idle for {run.duration / 60:.0f} min: utilization below "
-                        f"{threshold:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so far",
-                        self._evidence(run, cfg, currency)))))
+            if run.detected is None:
+                if run.duration >= cfg.idle_window_s:
+                    run.detected = ts
+                    self._firing(msg.node, g.uuid, run, cfg, currency, out)
+            elif ts - (run.told_at or run.detected) >= UPDATE_EVERY_S:        # still idle: its numbers now
+                run.revision += 1
+                self._firing(msg.node, g.uuid, run, cfg, currency, out)
+
+    def _firing(self, node: str, uuid: str, run: Run, cfg: StreamConfig, currency: str, out: Output) -> None:
+        """The run's firing event: when it reached the window, and every ``UPDATE_EVERY_S`` after (an update)."""
+        run.told_at = run.last
+        out.event(alert("idle", uuid, Facts(
+            status="firing", severity="warning", where=_where(node, uuid, run), started_at=run.start,
+            detected_at=run.detected or run.last, resolved_at=None, score=run.duration / cfg.idle_window_s,
+            told=Told(f"{_label(node, run)} idle for {run.duration / 60:.0f} min: utilization below "
+                      f"{cfg.idle_threshold_pct:g}% in all {run.samples} samples, {_cost(run)} {currency} wasted so "
+                      f"far", self._evidence(run, cfg, currency)),
+            revision=run.revision, change="updated" if run.revision else None)))
 
     def _evidence(self, run: Run, cfg: StreamConfig, currency: str) -> dict:
         return {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
@@ -148,7 +161,7 @@ class IdleTracker:
             f"no telemetry since {_clock(run.end)} UTC" if reason == "no telemetry" else reason
         out.event(alert("idle", uuid, Facts(
             status="resolved", severity="warning", where=_where(node, uuid, run), started_at=run.start,
-            detected_at=run.detected, resolved_at=run.end, score=0.0, told=Told(
+            detected_at=run.detected, resolved_at=run.end, score=0.0, revision=run.revision, told=Told(
                 f"{_label(node, run)} was idle for {run.duration / 60:.0f} min; ended: {why}",
                 {"idle_s": round(run.duration, 3), "samples": run.samples, "max_util_pct": run.max_util,
                  "end_reason": reason, "resolution": RESOLUTION[reason], "cost": _cost(run),

@@ -74,7 +74,11 @@ class Pipeline:
         self.newest: float | None = None         # the embedded mode's stream time (see stream_time)
         self.partition_newest: dict[int | None, float] = {}   # each input partition's newest trusted time
         self._silence_checked = float("-inf")
-        self.out = Output()
+        self.out = self.new_output()
+
+    def new_output(self) -> Output:
+        """Where processing puts what it produces (alerts link to the manual at ``stream.manual_url``)."""
+        return Output(self.cfg.manual_url)
 
     def submit(self, payload: str | bytes | dict | None, source: str, ref=None,
                position: tuple[int, int] | None = None) -> Telemetry | None:

@@ -164,6 +164,9 @@ class NodeStage:
             return pack(self.clocks[int(name.split(b":")[1])].to_state())
         return pack(self.pipeline.nodes[name.decode()].to_state())
 
+    def output(self) -> Output:
+        return self.pipeline.new_output()
+
     def forget(self) -> None:
         self.pipeline.nodes.clear()
         self.clocks.clear()
@@ -264,6 +267,9 @@ class JobStage:
             self.pipeline.jobs.pop(name.decode(), None)
             return None
         return pack(job.to_state())
+
+    def output(self) -> Output:
+        return self.pipeline.new_output()
 
     def forget(self) -> None:
         self.pipeline.jobs.clear()

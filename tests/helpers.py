@@ -19,7 +19,14 @@ def message(ts: float, node: str = "n1", gpus: list[dict] | None = None, **field
 
 
 def event_key(e: dict) -> str:
-    """What identifies an event: an alert's id and status, a billing record's GPU, tenant, job and period."""
+    """What identifies an event: an alert's id, status and revision, a billing record's GPU, tenant, job and
+    period."""
     if e["schema"] == "gpufleet.billing.v1":
         return f"billing:{e['gpu_uuid']}/{e['tenant']}/{e['job']}/{e['period_start']}"
-    return e["id"] + e["status"]
+    return f"{e['id']}{e['status']}{e.get('revision') or ''}"
+
+
+def paged(events: list[dict]) -> list[dict]:
+    """An incident's life as pages see it: its first firing, a change of severity, its resolve; not the updates of
+    its numbers (a firing event with ``change`` "updated", no new page)."""
+    return [e for e in events if e.get("status") == "resolved" or e.get("change") != "updated"]

@@ -14,12 +14,15 @@ from gpufleet.streams.notify.sender import RetryPolicy, Sender
 
 
 def make(kind="idle", target="GPU-1", status="firing", severity="warning", node="n1", gpu="GPU-1", job="j1",
-         tenant="acme", pool="h100-east", started=1000.0):
-    """A gpufleet.alert.v1 event (its id is stable for the same kind, target and start)."""
+         tenant="acme", pool="h100-east", started=1000.0, revision=0, change=None, previous=None):
+    """A gpufleet.alert.v1 event (its id is stable for the same kind, target and start); ``revision`` > 0 with
+    ``change`` (and ``previous`` severity) for a later event of the same incident."""
     return alert(kind, target, Facts(
         status=status, severity=severity, where=Where(node=node, gpu_uuid=gpu, job=job, tenant=tenant, pool=pool),
         started_at=started, detected_at=started + 600, resolved_at=started + 900 if status == "resolved" else None,
-        score=1.0, told=Told(f"{kind} on {target}", {"x": 1})))
+        score=1.0, told=Told(f"{kind} on {target}" + (f" (revision {revision})" if revision else ""),
+                             {"x": 1 + revision}),
+        revision=revision, change=change, previous_severity=previous))
 
 
 def incident(kind="idle", target="GPU-1", **kw) -> tuple[dict, dict]:

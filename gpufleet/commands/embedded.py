@@ -12,7 +12,20 @@ from gpufleet.settings import Settings
 
 from .common import Progress, load_model
 from .forecast import embedded_forecasts
-from .notify import local_notifier
+from .notify import load_routes, local_notifier
+
+LOCAL = "-"          # --notify with no file: the local receiver
+
+
+@dataclass
+class Routing:
+    routes: Any
+    local: Any = None            # the local receiver started for --notify without a file
+    payloads: str | None = None  # where it writes what it received
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.down()
 
 
 def run_embedded(settings: Settings, source, progress: Progress, events_path=None, dead_path=None, store=None,
@@ -88,10 +101,28 @@ def show_dead(path: str | None) -> None:
             print(f"  {d['source']}: {d['reason_code']}: {d['reason']}")
 
 
-def notifier_of(args, settings: Settings, store):
-    """The notifier of --notify FILE, started, or None."""
-    if not getattr(args, "notify", None):
+def routing_of(args, settings: Settings):
+    """The routing of ``--notify``, checked with its secrets before anything is written, or None without
+    ``--notify``. Given no file, a local receiver is started and every payload written to a file."""
+    how = getattr(args, "notify", None)
+    if not how:
         return None
-    return local_notifier(args.prog, settings, args.notify, store)
+    if how != LOCAL:
+        return Routing(load_routes(args.prog, how))
+    import os
+
+    from gpufleet.streams.notify.routing import Routes
+    from gpufleet.streams.notify.testing import local_routing, start_local
+    path = os.path.join(settings.notify.outbox_dir, "payloads.jsonl")
+    local = start_local(path)
+    print(f"notify: no routing file given: delivering to a local receiver this command started at {local.url()} "
+          f"(slack, pagerduty, alertmanager and webhook paths); every payload is written to {path}", file=sys.stderr)
+    return Routing(Routes.parse(local_routing(local.url())), local, path)
 
 
+def notifier_of(args, settings: Settings, store, routing=None):
+    """The notifier of ``--notify``, started, or None."""
+    routing = routing if routing is not None else routing_of(args, settings)
+    if routing is None:
+        return None
+    return local_notifier(args.prog, settings, routing.routes, store)

@@ -385,6 +385,9 @@ def serve_command(args, settings, store) -> int:
     view.mount(router, store, view.ViewConfig(settings.serve, settings.billing.currency, settings.stream.silent_after_s,
                                               settings.billing.underuse_pct, settings.billing.default_price_note()),
                registry)
+    router.add_prefix("/manual/", web.static_files(
+        settings.serve.manual_dir, "/manual/", f"the manual is not built in {settings.serve.manual_dir!r} (setting "
+        "serve.manual_dir): run make docs"), "the manual and its runbooks")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -71,11 +71,10 @@ def run_router(args, settings, writable_store) -> int:
         store.close()
 
 
-def local_notifier(prog: str, settings, path: str, store):
-    """The notifier of ``replay`` / ``demo --notify FILE``, started."""
+def local_notifier(prog: str, settings, routes, store):
+    """The notifier of ``replay`` / ``demo --notify``, started, with routes already loaded."""
     from gpufleet.streams.notify.outbox import OutboxError
     from gpufleet.streams.notify.service import LocalNotifier
-    routes = load_routes(prog, path)
     try:
         notifier = LocalNotifier(settings, routes, store)
     except OutboxError as err:
@@ -88,10 +87,23 @@ def local_notifier(prog: str, settings, path: str, store):
     return notifier
 
 
-def finish(notifier) -> None:
-    counts = notifier.finish()
+def finish(notifier, routing=None) -> int:
+    """Deliver what is owed (within notify.finish_wait_s) and say what became of it; 1 if some is still owed."""
+    try:
+        counts = notifier.finish()
+    finally:
+        if routing is not None:
+            routing.close()
+    owed = counts.pop("owed", 0)
     told = ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items()) if k != "invalid") or "nothing"
     print(f"notified: {notifier.offered:,} alert events; deliveries {told} (table alert_deliveries)")
+    if routing is not None and routing.payloads:
+        print(f"notify: the payloads each receiver got are in {routing.payloads}")
+    if owed:
+        print(f"notify: {owed:,} deliveries still owed after notify.finish_wait_s; they stay in "
+              f"{notifier.parts.outbox.path} and are told first at the next run with --notify", file=sys.stderr)
+        return 1
+    return 0
 
 
 # -- silences -----------------------------------------------------------------------
@@ -192,6 +204,30 @@ def routes_test(args) -> int:
     return 0
 
 
+def notify_status(args, settings) -> int:
+    """Each receiver's deliveries by state and its circuit breaker, from the delivery log (read only)."""
+    from gpufleet.streams.notify.outbox import read_status
+    from gpufleet.summary import table
+    found = read_status(settings.notify.outbox_dir)
+    if found is None:
+        print(f"no delivery log in {settings.notify.outbox_dir} (setting notify.outbox_dir): nothing delivered yet")
+        return 0
+    rows = []
+    for name, r in sorted(found.items()):
+        states = ", ".join(f"{k} {v:,}" for k, v in sorted(r["states"].items())) or "-"
+        breaker = r.get("breaker", "up")
+        if breaker == "down":
+            breaker = f"DOWN since {_utc(r['since'])}: {r.get('last_error', '')[:80]}" if r.get("since") else "DOWN"
+        rows.append((name, breaker, states, _utc(r["last_sent"]) if r.get("last_sent") else "-"))
+    print(table(["RECEIVER", "STATE", "DELIVERIES", "LAST SENT"], rows))
+    return 1 if any(r.get("breaker") == "down" for r in found.values()) else 0
+
+
+def cmd_notify_status(args) -> int:
+    notify = {"outbox_dir": args.outbox} if args.outbox else {}
+    return notify_status(args, load_settings(args.config, **({"notify": notify} if notify else {})))
+
+
 def cmd_notify(args) -> int:
     notify = {k: v for k, v in (("routes", args.routes), ("group_id", args.group_id),
                                 ("metrics_port", args.metrics_port), ("outbox_dir", args.outbox)) if v is not None}
@@ -244,6 +280,14 @@ def add_notify(sub) -> None:
                                                                 "and the inhibition rules the alert is a side of")
     t.add_argument("--verify-receivers", metavar="A,B", help="exit 1 unless exactly these receivers are reached")
     t.set_defaults(fn=cmd_routes_test)
+    st = nsub.add_parser("status", help="each receiver's deliveries and whether it is up or down",
+                         description="Read the delivery log (notify.outbox_dir) and print, per receiver, its "
+                                     "deliveries by state, the last one sent, and its circuit breaker: up, or down "
+                                     "since when and why (a receiver that failed past notify.retry_for_s; its "
+                                     "deliveries are dead-lettered, with a probe every notify.probe_every_s). "
+                                     "Exits 1 while a receiver is down. Reads only.")
+    st.add_argument("--outbox", metavar="DIR", help="delivery log directory (setting notify.outbox_dir)")
+    st.set_defaults(fn=cmd_notify_status)
 
 
 def add_silence(sub) -> None:

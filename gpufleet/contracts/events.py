@@ -20,6 +20,14 @@ MAX_DEAD_PAYLOAD = 64 * 1024
 # a detector's kind (models/detectors registry: straggler, io_starvation, memory_leak, ...) or the stream's own (idle)
 AlertKind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 ReasonCode = Literal["invalid", "late", "clock_skew", "too_large", "internal_error"]
+Severity = Literal["info", "warning", "critical"]
+# what a firing event after an incident's first says: its severity rose or fell (told to every route the new
+# severity reaches), or its numbers moved (an update: no new page)
+Change = Literal["escalated", "deescalated", "updated"]
+SEVERITIES = ("info", "warning", "critical")
+DEESCALATE_AFTER_S = 900.0    # stream seconds a lower severity must hold before an open incident is told de-escalated
+UPDATE_EVERY_S = 1800.0       # stream seconds between two updates of an open incident's numbers (at most)
+DEFAULT_MANUAL_URL = "http://127.0.0.1:8080/manual/"     # the manual as gpufleet serve serves it (make docs)
 
 
 class Alert(BaseModel):
@@ -29,7 +37,7 @@ class Alert(BaseModel):
     dedup_key: str
     kind: AlertKind
     status: Literal["firing", "resolved"]
-    severity: Literal["info", "warning", "critical"]
+    severity: Severity
     node: str | None
     gpu_uuid: str | None
     job: str | None
@@ -41,6 +49,10 @@ class Alert(BaseModel):
     score: float
     summary: str
     evidence: dict
+    revision: int = Field(0, ge=0)
+    change: Change | None = None
+    previous_severity: Severity | None = None
+    runbook_url: str | None = None
 
 
 class AlertIn(BaseModel):
@@ -65,6 +77,10 @@ class AlertIn(BaseModel):
     score: Annotated[float, Field(allow_inf_nan=False)] | None = None
     summary: Annotated[str, Field(max_length=10_000)] = ""
     evidence: dict = {}
+    revision: Annotated[int, Field(ge=0)] = 0
+    change: Change | None = None
+    previous_severity: Severity | None = None
+    runbook_url: Annotated[str, Field(max_length=2000)] | None = None
 
 
 def alert_problem(event: object) -> str | None:
@@ -179,19 +195,41 @@ class Facts:
     resolved_at: float | None
     score: float
     told: Told
+    revision: int = 0                # 0: the incident's first event; each later firing event one more
+    change: str | None = None        # a later firing event's: escalated, deescalated or updated (Change)
+    previous_severity: str | None = None     # an escalation's or de-escalation's severity before it
 
 
 def alert(kind: str, target: str, facts: Facts) -> dict:
-    """A ``gpufleet.alert.v1`` event as a dict; ``target`` is the GPU uuid, node or job."""
+    """A ``gpufleet.alert.v1`` event as a dict; ``target`` is the GPU uuid, node or job. Its ``runbook_url`` is
+    stamped where it leaves the stream (:func:`with_runbook`)."""
     key, f, w = f"{kind}:{target}", facts, facts.where
-    return {
+    event = {
         "schema": ALERT_SCHEMA, "id": alert_id(key, f.started_at), "dedup_key": key, "kind": kind,
         "status": f.status, "severity": f.severity, "node": w.node, "gpu_uuid": w.gpu_uuid, "job": w.job,
         "tenant": w.tenant, "pool": w.pool, "started_at": round(f.started_at, 3),
         "detected_at": round(f.detected_at, 3),
         "resolved_at": None if f.resolved_at is None else round(f.resolved_at, 3), "score": round(f.score, 4),
-        "summary": f.told.summary, "evidence": f.told.evidence,
+        "summary": f.told.summary, "evidence": f.told.evidence, "revision": f.revision,
     }
+    if f.change is not None:
+        event["change"] = f.change
+    if f.previous_severity is not None:
+        event["previous_severity"] = f.previous_severity
+    return event
+
+
+def runbook_url(base: str, kind: str) -> str:
+    """The runbook page of alerts of ``kind`` in the manual at ``base``."""
+    return f"{base.rstrip('/')}/runbooks/{kind}/"
+
+
+def change_of(before: str, after: str) -> str:
+    """What a firing event says of a severity moving from ``before`` to ``after``: escalated, deescalated or
+    updated (unchanged)."""
+    if before == after or before not in SEVERITIES or after not in SEVERITIES:
+        return "updated"
+    return "escalated" if SEVERITIES.index(after) > SEVERITIES.index(before) else "deescalated"
 
 
 def dead_letter(reason_code: str, reason: str, source: str, received_at: float, payload: str | bytes) -> dict:

@@ -7,7 +7,7 @@ import os
 import traceback
 from collections import Counter
 
-from .events import dead_letter
+from .events import ALERT_SCHEMA, DEFAULT_MANUAL_URL, dead_letter, runbook_url
 from .tables import Table
 
 log = logging.getLogger("gpufleet.stream")
@@ -15,9 +15,10 @@ _TOLD: set[str] = set()         # where internal errors were logged with their t
 
 
 class Output:
-    __slots__ = ("rows", "events", "dead", "counts", "job_samples", "watermarks", "done")
+    __slots__ = ("rows", "events", "dead", "counts", "job_samples", "watermarks", "done", "manual_url")
 
-    def __init__(self):
+    def __init__(self, manual_url: str = DEFAULT_MANUAL_URL):
+        self.manual_url = manual_url         # the manual every alert's runbook_url points into
         self.rows: dict[Table, list[tuple]] = {}
         self.events: list[dict] = []
         self.dead: list[dict] = []
@@ -33,6 +34,8 @@ class Output:
         rows.append(row)
 
     def event(self, event: dict) -> None:
+        if event.get("schema") == ALERT_SCHEMA and "runbook_url" not in event:
+            event["runbook_url"] = runbook_url(self.manual_url, event["kind"])
         self.events.append(event)
 
     def dead_letter(self, reason_code: str, reason: str, source: str, received_at: float, payload) -> None:

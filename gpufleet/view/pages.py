@@ -129,6 +129,7 @@ def incident_page(found: dict) -> str:
              *sec.incident_sections(found)]
     back = urlencode({"to": int(max(a["resolved_at"] or a["detected_at"], a["detected_at"]) + 60), "hours": 6})
     header = (f"<h1>{esc(a['kind'])} on {esc(where)}</h1><p>{esc(a['summary'])} · "
+              f'<a href="{sec.runbook_link(a["kind"])}">the runbook</a> · '
               f'<a href="./?{back}">the fleet then</a> · <a href="./">the fleet now</a></p>')
     return document(f"gpufleet · {a['kind']} on {a['node']}", header, parts, nav=False,
                     footer=f"gpufleet {esc(__version__)} · incident {esc(a['id'])}")

@@ -170,6 +170,11 @@ def _evidence(ev: dict) -> str:
     return " ".join(parts)
 
 
+def runbook_link(kind: str) -> str:
+    """The runbook of ``kind`` in the manual ``gpufleet serve`` serves beside the pages (/manual/)."""
+    return f"manual/runbooks/{esc(kind)}/"
+
+
 def _incident_rows(incidents: list[dict], links: bool, resolved: bool = False) -> list[tuple]:
     rows = []
     for a in incidents:
@@ -177,7 +182,8 @@ def _incident_rows(incidents: list[dict], links: bool, resolved: bool = False) -
                                                                                   else "")
         kind = Raw(f'<span class="kind" style="background:{kind_colors().get(a["kind"], "#9498a0")}">'
                    f'{esc(a["kind"])}</span>')
-        link = Raw(f'<a href="incident?id={esc(a["id"])}">telemetry</a>') if links else a["id"]
+        link = Raw(f'<a href="incident?id={esc(a["id"])}">telemetry</a> · '
+                   f'<a href="{runbook_link(a["kind"])}">runbook</a>') if links else a["id"]
         since = _when(a["started_at"]) + (f" – {_when(a['resolved_at'])}" if resolved else "")
         rows.append((kind, a["severity"], since, target, a["tenant"] or "", Raw(
             f"{esc(a['summary'])}<br>{_evidence(a['evidence'])}"), link))

@@ -96,7 +96,7 @@ def render(snap: Snapshot, width: int, height: int, interval_s: float = 5.0) -> 
     if not snap.pools:
         out.append(("  (no telemetry in the last minutes)", "dim"))
     out.append(("", ""))
-    out.append(("IDLEST RENTED GPUs (last 15 min)", "head"))
+    out.append(("RENTED GPUs IDLE NOW, THEN THE LEAST USED (last 15 min)", "head"))
     wide = width >= 100                  # the pool and job columns where there is room
     head = f"{'node':12} {'GPU':>3}  " + (f"{'pool':18} " if wide else "") + f"{'tenant':14} " + \
         (f"{'job':14} " if wide else "") + f"{'util':>5}  {'idle for':>8}  {'cost so far':>13}"
@@ -106,7 +106,7 @@ def render(snap: Snapshot, width: int, height: int, interval_s: float = 5.0) -> 
         cost = f"{Decimal(g['cost_so_far']):,.2f} {snap.currency}" if g["cost_so_far"] else ""
         row = f"{_cut(g['node'], 12):12} {g['gpu_index']:>3}  " + (f"{_cut(g['pool'], 18):18} " if wide else "") + \
             f"{_cut(g['tenant'], 14):14} " + (f"{_cut(g['job'] or '', 14):14} " if wide else "") + \
-            f"{g['util_pct']:4.0f}%  {idle_for:>8}  {cost:>13}"
+            (f"{g['util_pct']:4.0f}%" if g["util_pct"] is not None else "    -") + f"  {idle_for:>8}  {cost:>13}"
         out.append((row, "idle" if g["idle_since"] else ""))
     if not snap.idlest:
         out.append(("  (no GPU rented)", "dim"))

@@ -19,7 +19,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, Self
 
-from gpufleet.contracts.events import Facts, Told, Where, alert
+from gpufleet.contracts.events import (
+    DEESCALATE_AFTER_S,
+    SEVERITIES,
+    UPDATE_EVERY_S,
+    Facts,
+    Told,
+    Where,
+    alert,
+    change_of,
+)
 from gpufleet.contracts.output import Output
 from gpufleet.contracts.state import StateError, load_fields, save_fields
 
@@ -161,6 +170,11 @@ class Seen:
     severity: str = "warning"
     held: bool = False               # not judged: the detector left this window out (training learns nothing of it)
 
+    def lookback_s(self) -> float:
+        """How far back the window's evidence reaches: an incident starts that long before its first positive
+        window's end (the kind's record says; none by default)."""
+        return 0.0
+
     def to_state(self) -> dict:
         return save_fields(self)
 
@@ -188,6 +202,10 @@ class Incident:
     flaps: int = 0                   # times the condition cleared and came back within the hold-down
     clear_since: float | None = None     # when the condition last cleared (None: it holds)
     reason: str = ""                 # why it resolved (RESOLUTIONS), set when it does
+    told: str = ""                   # the severity its last firing event said ("": none told yet)
+    told_at: float = 0.0             # when that was (stream time)
+    revision: int = 0                # firing events after the first
+    lower_since: float | None = None     # since when the windows have shown a severity below the one told
 
     def to_state(self) -> dict:
         return {**save_fields(self), "info": self.info.to_state()}
@@ -195,9 +213,13 @@ class Incident:
     @classmethod
     def from_state(cls, state: dict, seen: type[Seen]) -> Incident:
         """The incident as saved, what it saw read as the kind's record ``seen``."""
-        # flaps, clear_since and reason came with the hold-down: a state saved before it lacks them
-        return load_fields(cls, {"flaps": 0, "clear_since": None, "reason": "", **state,
-                                 "info": seen.from_state(state.get("info", {}))}, "incident")
+        # flaps, clear_since and reason came with the hold-down, told, told_at and revision with updates: a state
+        # saved before lacks them (an open incident then counts as told at its detection, at the severity seen)
+        info = seen.from_state(state.get("info", {}))
+        told = {"told": info.severity if state.get("detected_at") is not None else "",
+                "told_at": state.get("detected_at") or 0.0, "revision": 0, "lower_since": None}
+        return load_fields(cls, {"flaps": 0, "clear_since": None, "reason": "", **told, **state, "info": info},
+                           "incident")
 
 
 # Why an incident resolved, as a resolve's evidence ``resolution`` names it, and how its summary says it.
@@ -240,7 +262,7 @@ class Incidents:
         if positive:
             assert info is not None, key
             if st is None:
-                st = self.by_key[key] = Incident(0, 0, ts, None, ts, info)
+                st = self.by_key[key] = Incident(0, 0, ts, None, ts - info.lookback_s(), info)
             if st.detected_at is not None and st.misses >= decider.persist_off:
                 st.flaps += 1            # it had cleared, and came back within the hold-down: the same incident
             st.hits += 1
@@ -249,7 +271,10 @@ class Incidents:
             st.info = info
             if st.detected_at is None and (st.hits >= decider.persist_on or urgent):
                 st.detected_at = ts
+                st.told, st.told_at = info.severity, ts
                 out.event(describe("firing", info, st, None))
+            elif st.detected_at is not None:
+                self._restate(st, ts, describe, out)
         elif st is not None:
             st.hits = 0
             st.misses += 1
@@ -261,6 +286,34 @@ class Incidents:
                 st.reason = "cleared"
                 out.event(describe("resolved", st.info, st, st.clear_since))
                 del self.by_key[key]
+
+    @staticmethod
+    def _restate(st: Incident, ts: float, describe: Describe, out: Output) -> None:
+        """An open incident's firing event again, when it is due: its severity rose (told at once to every route the
+        new one reaches), its severity fell and stayed lower for ``DEESCALATE_AFTER_S`` (a severity hovering at a
+        threshold pages once, not at every crossing), or ``UPDATE_EVERY_S`` has passed since it was last told
+        (its numbers now, at the severity told: no new page)."""
+        seen, told = st.info.severity, st.told
+        rank = SEVERITIES.index
+        lower = seen in SEVERITIES and told in SEVERITIES and rank(seen) < rank(told)
+        st.lower_since = (st.lower_since if st.lower_since is not None else ts) if lower else None
+        if seen != told and not lower:
+            now = seen                                       # escalated
+        elif lower and ts - (st.lower_since or ts) >= DEESCALATE_AFTER_S:
+            now = seen                                       # de-escalated, and it held
+        elif ts - st.told_at >= UPDATE_EVERY_S:
+            now = told                                       # its numbers now
+        else:
+            return
+        change = change_of(told, now)
+        st.revision += 1
+        e = describe("firing", st.info, st, None)
+        e["revision"], e["change"], e["severity"] = st.revision, change, now
+        if change != "updated":
+            e["previous_severity"] = told
+            st.lower_since = None
+        st.told, st.told_at = now, ts
+        out.event(e)
 
     def close(self, key: str, ts: float, describe: Describe, out: Output, reason: str) -> None:
         """The target's cause is gone (``reason``, one of RESOLUTIONS): resolve its incident if open, forget it if
@@ -303,10 +356,11 @@ def event(kind: str, target: str, status: str, st: Incident, resolved_at: float 
     if status == "resolved":
         told = Told(told.summary, {**told.evidence, "resolution": st.reason or "cleared", "flaps": st.flaps})
     where = Where(node=info.node, gpu_uuid=info.gpu_uuid, job=info.job, tenant=info.tenant, pool=info.pool)
-    return alert(kind, target, Facts(status=status, severity=info.severity, where=where,
-                                     started_at=st.started_at, detected_at=st.detected_at,
-                                     resolved_at=resolved_at if status == "resolved" else None,
-                                     score=info.score, told=told))
+    resolved = status == "resolved"
+    return alert(kind, target, Facts(status=status, severity=st.told if resolved and st.told else info.severity,
+                                     where=where, started_at=st.started_at, detected_at=st.detected_at,
+                                     resolved_at=resolved_at if resolved else None, score=info.score, told=told,
+                                     revision=st.revision))
 
 
 def ended(who: str, st: Incident, resolved_at: float | None, lasted: str) -> str | None:

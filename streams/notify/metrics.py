@@ -35,8 +35,14 @@ class NotifyMetrics:
                                        "store (retried)", registry=r)
 
     def watch(self, queue_age: Callable[[], dict[str, float]], queue_depth: Callable[[], dict[str, int]],
-              receivers: list[str]) -> None:
-        """Gauges read when scraped: the oldest owed delivery's age and how many are owed, per receiver."""
+              receivers: list[str], up: Callable[[], dict[str, bool]] = dict) -> None:
+        """Gauges read when scraped: the oldest owed delivery's age and how many are owed, per receiver, and
+        whether its circuit breaker has it up."""
+        live = Gauge("gpufleet_notify_receiver_up", "1 while a receiver takes deliveries, 0 while its circuit "
+                     "breaker has it down (deliveries dead-lettered, one probe a minute)", ["receiver"],
+                     registry=self.registry)
+        for name in receivers:
+            live.labels(name).set_function(_reader(up, name, 1.0))
         age = Gauge("gpufleet_notify_queue_age_seconds", "Age of the oldest delivery owed, per receiver",
                     ["receiver"], registry=self.registry)
         depth = Gauge("gpufleet_notify_queue_depth", "Deliveries owed, per receiver", ["receiver"],

@@ -1,6 +1,7 @@
 """The delivery log, and in the embedded mode the outbox: one SQLite file in ``notify.outbox_dir``.
 
-One row per alert id, alert status and receiver, in one of these states:
+One row per alert id, step and receiver (the step: ``firing``, ``firing.N`` for an incident's revision N,
+told when its severity changed or its numbers moved on, or ``resolved``), in one of these states:
 
 - ``pending``: owed and not told yet (the embedded mode keeps these, so that a run cut short tells
   them at the next start; in the distributed mode the alert topic is the outbox);
@@ -54,6 +55,40 @@ CREATE TABLE IF NOT EXISTS reminders (
 """
 
 
+def step_of(alert: dict) -> str:
+    """The step an alert event is in its incident's life: ``firing`` (first told), ``firing.N`` (revision N:
+    escalated, de-escalated or updated) or ``resolved``."""
+    if alert["status"] == "firing" and alert.get("revision"):
+        return f"firing.{int(alert['revision'])}"
+    return alert["status"]
+
+
+def revision_of(alert: dict) -> int:
+    return int(alert.get("revision") or 0)
+
+
+def latest(rows: list[tuple], key, alert_at: int) -> list[tuple]:
+    """Of rows that carry an alert at position ``alert_at``, the one of the highest revision per ``key(row)``."""
+    best: dict = {}
+    for row in rows:
+        k = key(row)
+        if k not in best or revision_of(row[alert_at]) >= revision_of(best[k][alert_at]):
+            best[k] = row
+    return list(best.values())
+
+
+# Added to version 1 files as they are opened (a table no reader of version 1 needs).
+RECEIVERS = """
+CREATE TABLE IF NOT EXISTS receiver_state (
+    receiver   TEXT PRIMARY KEY,
+    state      TEXT NOT NULL,
+    since      REAL,
+    last_error TEXT NOT NULL DEFAULT '',
+    updated_at REAL NOT NULL
+);
+"""
+
+
 class OutboxError(Exception):
     """An outbox this version cannot read."""
 
@@ -81,8 +116,12 @@ class Delivery:
         return self.alert["status"]
 
     @property
+    def step(self) -> str:
+        return step_of(self.alert)
+
+    @property
     def key(self) -> tuple[str, str, str]:
-        return (self.alert["id"], self.alert["status"], self.receiver)
+        return (self.alert["id"], self.step, self.receiver)
 
 
 class Outbox:
@@ -100,7 +139,10 @@ class Outbox:
             with db:
                 db.executescript(SCHEMA)
                 db.execute(f"PRAGMA user_version = {VERSION}")
-        elif version != VERSION:
+        if version in (0, VERSION):
+            with db:
+                db.executescript(RECEIVERS)
+        if version not in (0, VERSION):
             raise OutboxError(f"outbox {self.path} is format version {version}; this gpufleet reads version "
                               f"{VERSION}: point notify.outbox_dir elsewhere, or deliver with the gpufleet that "
                               "wrote it")
@@ -134,7 +176,7 @@ class Outbox:
 
     # -- reads ---------------------------------------------------------------------
     def states(self, ids: Iterable[str]) -> dict[tuple[str, str, str], str]:
-        """State of every row of these alert ids, by (id, alert status, receiver)."""
+        """State of every row of these alert ids, by (id, step, receiver)."""
         ids = list(set(ids))
         out: dict[tuple[str, str, str], str] = {}
         for lo in range(0, len(ids), 500):
@@ -152,27 +194,32 @@ class Outbox:
         return [(json.loads(a), r) for a, r in rows]
 
     def open_incidents(self) -> list[tuple[dict, int]]:
-        """Firing alerts whose resolve has not come (under any receiver), with their partition."""
+        """Firing alerts whose resolve has not come (under any receiver), each incident at its latest revision,
+        with its partition."""
         rows = self._db().execute(
-            "SELECT f.alert, f.partition FROM deliveries f WHERE f.alert_status = 'firing' AND NOT EXISTS "
-            "(SELECT 1 FROM deliveries r WHERE r.id = f.id AND r.alert_status = 'resolved') GROUP BY f.id")
-        return [(json.loads(a), p) for a, p in rows]
+            "SELECT f.alert, f.partition FROM deliveries f WHERE f.alert_status LIKE 'firing%' AND NOT EXISTS "
+            "(SELECT 1 FROM deliveries r WHERE r.id = f.id AND r.alert_status = 'resolved')")
+        return latest([(json.loads(a), p) for a, p in rows], lambda r: r[0]["id"], 0)
 
     def told(self) -> list[tuple[str, str, dict, int, float]]:
-        """Firing alerts told to a receiver and not resolved there: (receiver, group, alert, partition, sent_at)."""
+        """Firing alerts told to a receiver and not resolved there, the latest revision told:
+        (receiver, group, alert, partition, sent_at)."""
         rows = self._db().execute(
             "SELECT f.receiver, f.group_key, f.alert, f.partition, f.sent_at FROM deliveries f "
-            "WHERE f.alert_status = 'firing' AND f.state = 'sent' AND NOT EXISTS (SELECT 1 FROM deliveries r "
+            "WHERE f.alert_status LIKE 'firing%' AND f.state = 'sent' AND NOT EXISTS (SELECT 1 FROM deliveries r "
             "WHERE r.id = f.id AND r.receiver = f.receiver AND r.alert_status = 'resolved')")
-        return [(r, g, json.loads(a), p, s) for r, g, a, p, s in rows]
+        return latest([(r, g, json.loads(a), p, s) for r, g, a, p, s in rows], lambda r: (r[0], r[2]["id"]), 2)
 
     def held(self) -> list[tuple[dict, str, str, int]]:
-        """Firing alerts silenced or inhibited at a receiver and not resolved: (alert, receiver, state, partition)."""
+        """Firing alerts silenced or inhibited at a receiver and not resolved, none of their steps told there:
+        (alert, receiver, state, partition)."""
         rows = self._db().execute(
             "SELECT f.alert, f.receiver, f.state, f.partition FROM deliveries f "
-            "WHERE f.alert_status = 'firing' AND f.state IN ('silenced', 'inhibited') AND NOT EXISTS "
-            "(SELECT 1 FROM deliveries r WHERE r.id = f.id AND r.alert_status = 'resolved')")
-        return [(json.loads(a), r, s, p) for a, r, s, p in rows]
+            "WHERE f.alert_status LIKE 'firing%' AND f.state IN ('silenced', 'inhibited') AND NOT EXISTS "
+            "(SELECT 1 FROM deliveries r WHERE r.id = f.id AND r.alert_status = 'resolved') AND NOT EXISTS "
+            "(SELECT 1 FROM deliveries t WHERE t.id = f.id AND t.receiver = f.receiver AND t.state = 'sent' "
+            "AND t.alert_status LIKE 'firing%')")
+        return latest([(json.loads(a), r, s, p) for a, r, s, p in rows], lambda r: (r[1], r[0]["id"]), 0)
 
     def reminders(self) -> dict[tuple[str, str], float]:
         return {(r, g): t for r, g, t in self._db().execute("SELECT receiver, group_key, last_at FROM reminders")}
@@ -192,7 +239,7 @@ class Outbox:
     # -- writes ----------------------------------------------------------------------
     def add_pending(self, deliveries: Iterable[Delivery]) -> None:
         now = self._now()
-        rows = [(d.id, d.status, d.receiver, d.group_key, d.partition, json.dumps(d.alert), now) for d in deliveries]
+        rows = [(d.id, d.step, d.receiver, d.group_key, d.partition, json.dumps(d.alert), now) for d in deliveries]
         if rows:
             db = self._db()
             with db:
@@ -205,7 +252,7 @@ class Outbox:
         if state not in FINAL:
             raise ValueError(f"not a final state: {state}")
         now = self._now()
-        rows = [(d.id, d.status, d.receiver, state, d.group_key, d.partition, json.dumps(d.alert),
+        rows = [(d.id, d.step, d.receiver, state, d.group_key, d.partition, json.dumps(d.alert),
                  d.attempts if attempts is None else attempts, reason, error[:2000], sent_at, now)
                 for d in deliveries]
         if rows:
@@ -218,6 +265,14 @@ class Outbox:
                     "group_key = excluded.group_key, attempts = excluded.attempts, reason = excluded.reason, "
                     "last_error = excluded.last_error, sent_at = excluded.sent_at, "
                     "updated_at = excluded.updated_at, exported = 0", rows)
+
+    def receiver_state(self, receiver: str, state: str, since: float | None, error: str = "") -> None:
+        """A receiver marked up or down by its circuit breaker."""
+        db = self._db()
+        with db:
+            db.execute("INSERT INTO receiver_state VALUES (?, ?, ?, ?, ?) ON CONFLICT (receiver) DO UPDATE SET "
+                       "state = excluded.state, since = excluded.since, last_error = excluded.last_error, "
+                       "updated_at = excluded.updated_at", (receiver, state, since, error[:2000], time.time()))
 
     def reminded(self, receiver: str, group_key: str, at: float) -> None:
         db = self._db()
@@ -248,3 +303,31 @@ class Outbox:
                 (before, before)).rowcount
             db.execute("DELETE FROM reminders WHERE last_at < ?", (before,))
         return n
+
+
+def read_status(directory: str, name: str = "outbox.sqlite3") -> dict[str, dict] | None:
+    """Per receiver, from the delivery log read only (None when there is none): deliveries by state, the last
+    sent, and what its circuit breaker says (``up``, or ``down`` since when and why)."""
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        out: dict[str, dict] = {}
+        for receiver, state, n, last in db.execute(
+                "SELECT receiver, state, count(*), max(sent_at) FROM deliveries GROUP BY receiver, state"):
+            r = out.setdefault(receiver, {"states": {}, "last_sent": None, "breaker": "up", "since": None,
+                                          "last_error": ""})
+            r["states"][state] = n
+            if last is not None:
+                r["last_sent"] = max(r["last_sent"] or 0.0, last)
+        try:
+            rows = db.execute("SELECT receiver, state, since, last_error FROM receiver_state").fetchall()
+        except sqlite3.OperationalError:             # a log no breaker has written to yet
+            rows = []
+        for receiver, state, since, error in rows:
+            r = out.setdefault(receiver, {"states": {}, "last_sent": None})
+            r.update(breaker=state, since=since, last_error=error)
+        return out
+    finally:
+        db.close()

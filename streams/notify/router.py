@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
-from gpufleet.contracts.events import alert_problem
+from gpufleet.contracts.events import SEVERITIES, alert_problem
 from gpufleet.contracts.output import crash_line
 
 from .matchers import labels
-from .outbox import FINAL, Delivery, Outbox
+from .outbox import FINAL, Delivery, Outbox, revision_of, step_of
 from .receivers import Notification
 from .routing import Match, Route, Routes
 from .sender import Job, Result, Sender
@@ -116,7 +116,7 @@ class Router:
         """Embedded mode: owe again what the outbox holds as pending (a run cut short)."""
         rows = self.outbox.pending()
         self.offer([(alert, None, -1) for alert, _ in rows], resumed=True)
-        stale = [Delivery(alert, receiver, "") for alert, receiver in rows if (alert["id"], alert["status"], receiver)
+        stale = [Delivery(alert, receiver, "") for alert, receiver in rows if (alert["id"], step_of(alert), receiver)
                  not in self.pending]
         if stale:
             self.outbox.record(stale, "dead", reason="unrouted", error="no longer routed to this receiver")
@@ -164,18 +164,22 @@ class Router:
             self.outbox.add_pending(new)
 
     def _offer(self, alert: dict, partition: int, states: dict, new: list[Delivery], resumed: bool) -> list[Delivery]:
-        aid, status = alert["id"], alert["status"]
-        matches = self.routes.match(alert)
+        aid, status, step = alert["id"], alert["status"], step_of(alert)
         owed: list[Delivery] = []
         muted: list[Delivery] = []
         if status == "firing":
             if not any(k[0] == aid and k[1] == "resolved" and s in FINAL for k, s in states.items()):
-                if aid not in self.open:
+                if aid not in self.open or revision_of(self.open[aid][0]) <= revision_of(alert):
                     self._opened(alert, partition)
         else:
             self._closed(aid)
-        for m in matches:
-            key = (aid, status, m.receiver)
+        chosen, unheard = self._receivers(alert, states)
+        never = [Delivery(alert, m.receiver, m.group_key, partition) for m in unheard
+                 if states.get((aid, step, m.receiver)) not in FINAL]
+        if never:                                    # recorded, so that its firing, if it turns up, is never told
+            self.outbox.record(never, "superseded", reason="never told of its firing")
+        for m in chosen:
+            key = (aid, step, m.receiver)
             group = self._group(m)
             if status == "resolved":
                 group.told.pop(aid, None)
@@ -185,9 +189,6 @@ class Router:
                 continue
             state = states.get(key)
             if state in FINAL:
-                continue
-            receiver = self.routes.receivers[m.receiver]
-            if status == "resolved" and not receiver.config.send_resolved:
                 continue
             d = Delivery(alert, m.receiver, m.group_key, partition)
             if status == "firing" and states.get((aid, "resolved", m.receiver)) in FINAL:
@@ -202,6 +203,35 @@ class Router:
             self.outbox.record(muted, "superseded", reason="resolved already")
             self._count("superseded", muted)
         return owed
+
+    def _receivers(self, alert: dict, states: dict) -> tuple[list[Match], list[Match]]:
+        """Whom this step of an incident is owed to. The first firing: the routes it matches. A change of severity:
+        the routes the new severity matches, and every receiver told of the incident before (one a route for
+        critical only hears of a leak when it escalates). An update (numbers moved on): the receivers told before
+        that take updates. A resolve: the receivers told of the incident (or about to be), never one that never
+        heard of it. Returns those, and (for a resolve) the receivers its routes reach that never heard of it."""
+        aid, status = alert["id"], alert["status"]
+        matches = self.routes.match(alert)
+        if status == "firing" and not revision_of(alert):
+            return matches, []
+        told = {r for (i, s, r), state in states.items()
+                if i == aid and s.startswith("firing") and state in ("sent", "silenced", "inhibited")}
+        told |= {r for (i, s, r) in self.pending if i == aid and s.startswith("firing")}
+        if not told and status == "firing" and alert.get("change") in ("escalated", "deescalated"):
+            return matches, []
+        known = {m.receiver: m for m in matches}
+        for severity in SEVERITIES:                  # the routes of the severities it was told at before
+            for m in self.routes.match({**alert, "severity": severity}):
+                known.setdefault(m.receiver, m)
+        receivers = self.routes.receivers
+        if status == "resolved":
+            chosen = [r for r in told if receivers[r].config.send_resolved]
+        elif alert.get("change") in ("escalated", "deescalated"):
+            chosen = list(told | {m.receiver for m in matches})
+        else:
+            chosen = [r for r in told if receivers[r].updates]
+        unheard = [m for r, m in sorted(known.items()) if r not in told] if status == "resolved" else []
+        return [known[r] for r in sorted(chosen) if r in known], unheard
 
     def _opened(self, alert: dict, partition: int) -> None:
         self.open[alert["id"]] = (alert, partition)
@@ -278,7 +308,8 @@ class Router:
         if group is not None and d.submitted:
             d.submitted = False
             group.sending -= 1
-        if state == "sent" and d.status == "firing" and d.id in self.open and group is not None:
+        if state == "sent" and d.status == "firing" and d.id in self.open and group is not None and \
+                revision_of(d.alert) >= revision_of(group.told.get(d.id, [{}])[0]):
             group.told[d.id] = [d.alert, d.partition, self.wall()]
 
     def _count(self, state: str, deliveries: list[Delivery]) -> None:
@@ -316,10 +347,14 @@ class Router:
         """Why ``d`` is not told (state, reason), or None to tell it."""
         aid, receiver = d.id, d.receiver
         if d.status == "resolved":
-            if (aid, "firing", receiver) in self.pending:
+            if any(k[0] == aid and k[2] == receiver and k[1].startswith("firing") for k in self.pending):
                 return None                          # its firing is being told: the resolve follows it
-            fate = states.get((aid, "firing", receiver))
-            if fate in ("silenced", "inhibited", "superseded"):
+            fates = [s for (i, step, r), s in states.items()
+                     if i == aid and r == receiver and step.startswith("firing")]
+            if fates and "sent" not in fates:
+                fate = next((f for f in ("silenced", "inhibited", "superseded") if f in fates), None)
+                if fate is None:                     # dead-lettered: a resolve of a key it never saw helps no one
+                    return "dead", "its firing never reached the receiver"
                 return fate, f"its firing was {fate}"
             return None
         if states.get((aid, "resolved", receiver)) in FINAL:
@@ -367,7 +402,8 @@ class Router:
         silences = [s for s in self.silences() if s.active(self.wall())]
         for alert, receiver, _state, partition in self.outbox.held():
             aid = alert["id"]
-            if aid not in self.open or (aid, "firing", receiver) in self.pending or receiver not in self.senders:
+            if aid not in self.open or receiver not in self.senders or \
+                    any(k[0] == aid and k[2] == receiver and k[1].startswith("firing") for k in self.pending):
                 continue
             values = labels(alert)
             if any(s.matches(values) for s in silences) or self._inhibitor(alert):
@@ -375,7 +411,7 @@ class Router:
             match = self._match_for(alert, receiver)
             if match is None:
                 continue
-            d = Delivery(alert, receiver, match.group_key, partition)
+            d = Delivery(self.open[aid][0], receiver, match.group_key, partition)
             self.pending[d.key] = d
             self._group(match).pending.append(d)
             log.info("telling %s about %s now: no longer muted", receiver, alert["dedup_key"])

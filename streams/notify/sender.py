@@ -8,6 +8,13 @@ and all of it). Past ``retry_for_s`` from the first attempt the delivery is dead
 change (400, 401, 403, 404, ...) dead-letters it at once (``rejected``). One request at a time per
 receiver keeps each incident's statuses in the order they came. Errors are logged and kept without
 the receiver's secrets.
+
+A circuit breaker keeps one dead receiver from holding its own queue for a retry budget per delivery:
+once a delivery has been retried past its budget the receiver is marked down, and while it is down each
+delivery queued for it is dead-lettered at once (``receiver_down``) except one attempt, a probe, every
+``probe_every_s``; the first delivery a probe gets through marks it up again. Each receiver has its
+own thread and queue, so the others go on at their own pace throughout. The state is in the delivery
+log (``gpufleet notify status``) and on ``/metrics`` (``gpufleet_notify_receiver_up``).
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ class RetryPolicy:
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
     timeout_s: float = 10.0
+    probe_every_s: float = 60.0
 
     def backoff(self, failures: int, rng: random.Random) -> float:
         full = min(self.backoff_max_s, self.backoff_s * 2 ** max(0, failures - 1))
@@ -91,6 +99,24 @@ class Sender(threading.Thread):
         self.timeout_s = receiver.config.timeout_s or policy.timeout_s
         self.state = "idle"          # idle, sending, paced (waiting for the rate limit or a 429's Retry-After),
         self.last_error = ""         # or retrying (after a failure: last_error says which)
+        self.down_since: float | None = None     # wall time it was marked down; None: up
+        self.last_probe = 0.0                    # monotonic time of the last attempt made while down
+
+    @property
+    def up(self) -> bool:
+        return self.down_since is None
+
+    def _mark(self, down: bool, error: str = "") -> None:
+        if down == (not self.up):
+            return
+        self.down_since = time.time() if down else None
+        self.last_probe = time.monotonic()
+        if down:
+            log.error("receiver %s: marked down; its deliveries are dead-lettered (receiver_down) with a probe "
+                      "every %g s until one gets through", self.receiver.name, self.policy.probe_every_s)
+        else:
+            log.warning("receiver %s: a delivery got through; marked up", self.receiver.name)
+        self.outbox.receiver_state(self.receiver.name, "down" if down else "up", self.down_since, error)
 
     def describe(self) -> str:
         """What this receiver's deliveries are doing now, for a progress line."""
@@ -98,6 +124,8 @@ class Sender(threading.Thread):
             rate, burst = self.receiver.rate
             return f"{self.receiver.name}: paced by its rate limit ({rate:g}/s)" if rate else \
                 f"{self.receiver.name}: waiting as the receiver asked (429)"
+        if not self.up:
+            return f"{self.receiver.name}: down ({self.last_error[:120]})"
         if self.state == "retrying":
             return f"{self.receiver.name}: retrying after a failure ({self.last_error[:120]})"
         return f"{self.receiver.name}: {self.state}"
@@ -148,6 +176,12 @@ class Sender(threading.Thread):
         name, policy = self.receiver.name, self.policy
         started = time.monotonic()
         attempts = failures = 0
+        probe = not self.up
+        if probe:
+            if started - self.last_probe < policy.probe_every_s:
+                self._settle(job, owed, "dead", "receiver_down", f"receiver down: {self.last_error}")
+                return
+            self.last_probe = started
         while True:
             wait = self.bucket.wait_s()
             if wait > 0:
@@ -173,6 +207,7 @@ class Sender(threading.Thread):
                 verdict = Verdict("retry", f"{type(err).__name__}: {err}")
             if verdict.outcome == "delivered":
                 self.state = "idle"
+                self._mark(down=False)
                 answered = time.monotonic()
                 self._settle(job, owed, "sent", "", "", time.time(), answered)
                 return
@@ -194,10 +229,16 @@ class Sender(threading.Thread):
                 delay = policy.backoff(failures, self.rng)
                 if self.metrics:
                     self.metrics.retried(name)
+            if probe and verdict.outcome == "retry":
+                self.last_error = detail
+                self._settle(job, owed, "dead", "receiver_down", f"receiver down; the probe failed: {detail}")
+                return
             if elapsed + delay > policy.retry_for_s:
                 error = f"gave up after {attempts} attempts in {elapsed:.0f} s: {detail}"
                 log.error("receiver %s: %s", name, error)
                 self._settle(job, owed, "dead", "retry_limit", error)
+                if verdict.outcome == "retry":
+                    self._mark(down=True, error=detail)
                 return
             log.warning("receiver %s: %s; attempt %d, next in %.1f s", name, detail, attempts, delay)
             if self.stopping.wait(delay):

@@ -66,7 +66,7 @@ def build(settings, routes: Routes, store, keep_pending: bool) -> Parts:
     outbox = Outbox(n.outbox_dir, n.outbox_fsync)
     metrics = NotifyMetrics()
     results: queue.Queue = queue.Queue()
-    policy = RetryPolicy(n.retry_for_s, n.backoff_s, n.backoff_max_s, n.timeout_s)
+    policy = RetryPolicy(n.retry_for_s, n.backoff_s, n.backoff_max_s, n.timeout_s, n.probe_every_s)
     senders = {name: Sender(r, outbox, policy, results, metrics) for name, r in routes.receivers.items()}
     ledger = (Ledger(store, outbox, metrics, n.ledger_interval_s, n.silence_refresh_s,
                      is_source=lambda values: any(r.is_source(values) for r in routes.inhibit_rules))
@@ -74,7 +74,8 @@ def build(settings, routes: Routes, store, keep_pending: bool) -> Parts:
     around = Around(silences=(lambda: ledger.silences) if ledger else list,
                     firing=(lambda: ledger.firing) if ledger else dict)
     router = Router(routes, outbox, senders, results, metrics, keep_pending=keep_pending, around=around)
-    metrics.watch(router.queue_age, router.queue_depth, list(senders))
+    metrics.watch(router.queue_age, router.queue_depth, list(senders),
+                  lambda: {name: sender.up for name, sender in senders.items()})
     parts = Parts(outbox, senders, ledger, router, metrics)
     if n.metrics_port:
         from prometheus_client import start_http_server
@@ -273,13 +274,19 @@ class LocalNotifier:
                 f"; Ctrl-C keeps them in {self.parts.outbox.path}")
 
     def finish(self, report: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict[str, int]:
-        """Tell everything owed (groups flushed now, not at their timers), then stop; returns counts by state.
-        Waits while receivers fail, up to ``notify.retry_for_s`` per delivery; interrupted, what is still
-        owed stays in the outbox for the next run."""
+        """Tell everything owed (groups flushed now, not at their timers), then stop; returns counts by state, with
+        ``owed``: what was still owed after ``notify.finish_wait_s`` (kept in the outbox for the next run).
+        Interrupted, what is still owed stays in the outbox too."""
         self.draining.set()
-        last = time.monotonic()
+        started = last = time.monotonic()
+        limit = self.settings.notify.finish_wait_s
+        owed = 0
         try:
             while self.thread.is_alive() and self.owed() > 0:
+                if time.monotonic() - started >= limit:
+                    owed = self.owed()
+                    report(f"notify: gave up waiting after {limit:g} s (notify.finish_wait_s): {self.progress()}")
+                    break
                 time.sleep(0.05)
                 if time.monotonic() - last >= 5:
                     last = time.monotonic()
@@ -291,4 +298,6 @@ class LocalNotifier:
             self.parts.stop()
         if self.error is not None:
             raise self.error
+        if owed:
+            counts["owed"] = owed
         return counts

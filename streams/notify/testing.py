@@ -1,15 +1,18 @@
-"""Test doubles shipped with the router: a local HTTP receiver that records every request.
+"""A local HTTP receiver that records every request: the tests' receivers, and what ``demo --notify`` and
+``replay --notify`` deliver to when given no routing file (:func:`local_routing`).
 
 :class:`RecordingReceiver` listens on 127.0.0.1, answers each POST as ``answer`` says (by default 200,
 and 202 with PagerDuty's success body on paths under ``/pagerduty``) and keeps every request with its
 arrival time and the status it got. :meth:`down` closes the port (connections are refused, as with a
-receiver that is down) and :meth:`up` opens it again on the same port. Used by the tests and by
-``bench/bench_notify.py``; nothing here runs unless a test or a benchmark starts it.
+receiver that is down) and :meth:`up` opens it again on the same port. With ``log_path`` each request is
+also written there as a JSON line (path, headers, body). Nothing here runs unless a command, a test or a
+benchmark starts it.
 """
 from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -41,8 +44,9 @@ def default_answer(receiver: RecordingReceiver, path: str, headers: dict[str, st
 
 
 class RecordingReceiver:
-    def __init__(self, port: int = 0, answer: Answer = default_answer, delay_s: float = 0.0):
-        self.port, self.answer, self.delay_s = port, answer, delay_s
+    def __init__(self, port: int = 0, answer: Answer = default_answer, delay_s: float = 0.0,
+                 log_path: str | None = None):
+        self.port, self.answer, self.delay_s, self.log_path = port, answer, delay_s, log_path
         self.requests: list[Recorded] = []
         self.lock = threading.Lock()
         self.server: http.server.ThreadingHTTPServer | None = None
@@ -64,6 +68,8 @@ class RecordingReceiver:
                 status, extra, answer = receiver.answer(receiver, self.path, headers, body)
                 with receiver.lock:
                     receiver.requests.append(Recorded(self.path, headers, body, time.time(), status))
+                    if receiver.log_path:
+                        receiver.log(self.path, headers, body)
                 self.send_response(status)
                 for k, v in extra.items():
                     self.send_header(k, v)
@@ -97,6 +103,17 @@ class RecordingReceiver:
     def __exit__(self, *exc) -> None:
         self.down()
 
+    def log(self, path: str, headers: dict[str, str], body: bytes) -> None:
+        assert self.log_path
+        try:
+            shown = json.loads(body)
+        except ValueError:
+            shown = body.decode("utf-8", "replace")
+        kept = {k: v for k, v in headers.items() if k.startswith("x-gpufleet") or k == "content-type"}
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"receiver": path.strip("/").split("/")[0], "path": path, "headers": kept,
+                                "body": shown}, ensure_ascii=False) + "\n")
+
     # -- what arrived ----------------------------------------------------------------
     def url(self, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -113,3 +130,39 @@ class RecordingReceiver:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"waited {timeout_s:g} s for {what or 'the receiver'}")
             time.sleep(0.05)
+
+
+# The routing of ``--notify`` given no file: the shipped example's shape (every alert to chat, critical ones paged
+# too, every one to Alertmanager and a signed webhook), each receiver a path of one local recording receiver.
+LOCAL_SECRET = "local-receiver"
+
+
+def local_routing(url: str) -> dict:
+    """A routing file (as parsed TOML) whose receivers all post to ``url`` (a local :class:`RecordingReceiver`);
+    the secrets it names are set in this process's environment by :func:`start_local`."""
+    return {
+        "route": {"receiver": "slack", "group_by": ["kind", "pool"], "group_wait": "30s", "group_interval": "5m",
+                  "routes": [{"match": {"severity": "critical"}, "receiver": "pagerduty", "continue": True},
+                             {"match_re": {"pool": ".*"}, "receiver": "alertmanager", "continue": True},
+                             {"match_re": {"pool": ".*"}, "receiver": "webhook", "group_by": ["..."],
+                              "continue": True},
+                             {"match_re": {"pool": ".*"}, "receiver": "slack"}]},
+        "receivers": {
+            "slack": {"type": "slack", "url_env": "GPUFLEET_LOCAL_SLACK_URL", "rate_per_s": 0},
+            "pagerduty": {"type": "pagerduty", "url": f"{url}/pagerduty", "routing_key_env": "GPUFLEET_LOCAL_SECRET",
+                          "rate_per_s": 0},
+            "alertmanager": {"type": "alertmanager", "url": f"{url}/alertmanager"},
+            "webhook": {"type": "webhook", "url": f"{url}/webhook", "signing_key_env": "GPUFLEET_LOCAL_SECRET"},
+        },
+    }
+
+
+def start_local(log_path: str) -> RecordingReceiver:
+    """A recording receiver on a free local port, writing every request to ``log_path`` (emptied first), with the
+    environment :func:`local_routing`'s secrets come from."""
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    open(log_path, "w").close()
+    receiver = RecordingReceiver(log_path=log_path).up()
+    os.environ["GPUFLEET_LOCAL_SLACK_URL"] = receiver.url("/slack")
+    os.environ["GPUFLEET_LOCAL_SECRET"] = LOCAL_SECRET
+    return receiver

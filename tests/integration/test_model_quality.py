@@ -39,7 +39,10 @@ MISSED_ON_503 = {"straggler: F1": 0.85,
                  # 10 of 11: one input pipeline starved of host CPU (87% busy) beside 0.84 GB/s of its training
                  # job's all-reduce traffic is named network
                  "io_starvation: cause named as its fault's": None,
-                 "false alerts <= 1 per 1,000 GPU-hours": None}                # 1.95 (3.3 before)
+                 "false alerts <= 1 per 1,000 GPU-hours": None,                # 1.95 (3.3 before)
+                 # 10 of 13 (77%) when first measured (issue 58): leaks cleared while their growth paused and
+                 # fired again count against it; the goal is 95%, the floor below keeps what is reached
+                 "memory_leak: resolution says how the fault ended": None}
 
 
 def scored(model: Model, spec: FleetSpec) -> tuple[dict, object]:
@@ -63,6 +66,7 @@ def test_the_packaged_model_holds_its_goals_on_a_fleet_it_never_saw():
         floor = MISSED_ON_503.get(f"{kind}: F1", 0.9)
         assert det.kinds[kind].f1 >= floor, (kind, det.kinds[kind].f1)
     assert det.kinds["memory_leak"].leak_early_share >= 0.75
+    assert (det.kinds["memory_leak"].ending_agreement or 0) >= 0.7, det.kinds["memory_leak"].endings_checked
     assert det.kinds["memory_leak"].precision >= 0.9
     assert det.false_per_1000h() <= 4.0                     # measured: 1.95 (3.3 before); the goal is 1
     alerts = [a for a in rec.alerts if a["status"] == "firing" and a["kind"] == "straggler"]

@@ -313,7 +313,7 @@ def test_alertmanager_groups_and_resolves_what_gpufleet_sends(tmp_path, receiver
     idle_group = firing[idle_key]
     assert idle_group["status"] == "firing" and len(idle_group["alerts"]) == 3        # grouped end to end
     one = next(a for a in idle_group["alerts"] if a["labels"]["gpu"] == "GPU-0")
-    assert one["labels"] == {"alertname": "idle", "node": "n1", "gpu": "GPU-0", "job": "j1", "tenant": "acme",
+    assert one["labels"] == {"alertname": "idle", "node": "n1", "gpu": "GPU-0", "tenant_job": "j1", "tenant": "acme",
                              "pool": "h100-east", "severity": "warning"}
     assert one["annotations"]["summary"] == "idle on GPU-0" and json.loads(one["annotations"]["evidence"]) == {"x": 1}
     assert len(firing[straggler_key]["alerts"]) == 1

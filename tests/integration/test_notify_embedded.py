@@ -15,6 +15,7 @@ import pytest
 
 from gpufleet.collectors.simulator import FleetSpec, Simulation
 from gpufleet.sql.store import Store
+from gpufleet.streams.notify.outbox import step_of
 from gpufleet.streams.notify.testing import RecordingReceiver
 
 pytestmark = [pytest.mark.integration]
@@ -100,7 +101,7 @@ def test_a_killed_replay_leaves_its_deliveries_in_the_outbox_and_the_next_run_te
         assert f"{len(alerts)} deliveries a previous run left owed" in again.stderr
         assert "notified:" in again.stdout and f"sent {len(alerts)}" in again.stdout
         told = Counter(r.headers["x-gpufleet-delivery"] for r in receiver.received(accepted_only=True))
-        assert told == Counter(f"{a['id']}:{a['status']}" for a in alerts)              # each exactly once
+        assert told == Counter(f"{a['id']}:{step_of(a)}" for a in alerts)              # each exactly once
         third = gpufleet("replay", str(path), "--no-store", "--notify", route_file, env=env)
         assert third.returncode == 0 and "deliveries nothing" in third.stdout, third.stdout
         assert len(receiver.received()) == len(alerts)                                  # nothing twice
@@ -122,6 +123,58 @@ def test_demo_delivers_with_notify_and_otherwise_says_how(tmp_path):
         assert "notified:" in out.stdout and "gpufleet demo --notify" not in out.stdout
     plain = gpufleet(*args, env=env)
     assert plain.returncode == 0 and "gpufleet demo --notify routes.toml" in plain.stdout
+
+
+DEMO = ["demo", "--nodes", "3", "--gpus-per-node", "4", "--hours", "1.5", "--seed", "1", "--start", "1764374400"]
+
+
+def test_demo_notify_with_no_file_delivers_to_a_local_receiver_and_writes_every_payload(tmp_path):
+    env = clean_env(tmp_path)
+    out = gpufleet(*DEMO, "--dsn", f"chdb://{tmp_path / 'demo'}", "--save", str(tmp_path / "saved"), "--notify",
+                   env=env)
+    assert out.returncode == 0, out.stderr
+    payloads = tmp_path / "outbox" / "payloads.jsonl"
+    assert f"every payload is written to {payloads}" in out.stderr and str(payloads) in out.stdout
+    got = [json.loads(line) for line in payloads.read_text().splitlines()]
+    by = Counter(p["receiver"] for p in got)
+    alerts = [e for e in map(json.loads, (tmp_path / "saved" / "events.jsonl").read_text().splitlines())
+              if e["schema"] == "gpufleet.alert.v1"]
+    assert by["webhook"] == len(alerts)              # every step of every incident, one request each
+    assert by["alertmanager"] >= 1 and by["slack"] >= 1
+    critical = [a for a in alerts if a["severity"] == "critical"]
+    assert (by["pagerduty"] >= 1) == bool(critical)
+    hooks = [p for p in got if p["receiver"] == "webhook"]
+    assert all(p["body"]["runbook_url"].endswith(f"/runbooks/{p['body']['kind']}/") for p in hooks)
+    assert all(p["headers"]["x-gpufleet-signature"].startswith("v1=") for p in hooks)
+
+
+def test_a_routing_file_that_lacks_a_credential_fails_before_the_demo_database_is_recreated(tmp_path):
+    env = clean_env(tmp_path)
+    env.pop("SLACK_WEBHOOK_URL", None)
+    store = tmp_path / "demo"
+    first = gpufleet(*DEMO, "--hours", "0.2", "--dsn", f"chdb://{store}", env=env)
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.name for p in store.rglob("*") if p.is_file())
+    out = gpufleet(*DEMO, "--dsn", f"chdb://{store}", "--notify", "deploy/notify/routes.toml", env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "SLACK_WEBHOOK_URL is not set" in out.stderr and "Traceback" not in out.stderr
+    assert "recreated" not in out.stdout
+    assert sorted(p.name for p in store.rglob("*") if p.is_file()) == before
+
+
+def test_a_dead_receiver_holds_a_replay_no_longer_than_notify_finish_wait_s(tmp_path, telemetry):
+    path, alerts = telemetry
+    dead = f"http://127.0.0.1:{free_port()}/hook"                # nothing listens there
+    env = clean_env(tmp_path, GPUFLEET_NOTIFY__FINISH_WAIT_S="5", GPUFLEET_NOTIFY__BACKOFF_S="0.2")
+    started = time.monotonic()
+    out = gpufleet("replay", str(path), "--no-store", "--notify", routes(tmp_path, dead), env=env)
+    took = time.monotonic() - started
+    assert out.returncode == 1, out.stderr
+    assert "gave up waiting after 5 s (notify.finish_wait_s)" in out.stderr
+    assert "deliveries still owed after notify.finish_wait_s" in out.stderr and "told first at the next run" in \
+        out.stderr
+    assert took < 120                                            # not a retry budget (900 s) per delivery
+    assert pending(tmp_path / "outbox") == len(alerts)           # kept for the next run
 
 
 def test_listing_silences_of_a_database_that_does_not_exist_creates_nothing(clickhouse_url, tmp_path):

@@ -306,6 +306,8 @@ def test_the_fleet_page_in_chromium(browser, served, fleet):
     link = browser.find_element(By.CSS_SELECTOR, 'section[data-section="alerts"] table.incidents a[href^="incident"]')
     link.click()
     assert browser.title.startswith("gpufleet · idle on node-001")
+    runbook = browser.find_element(By.CSS_SELECTOR, 'header a[href="manual/runbooks/idle/"]')
+    assert runbook.text == "the runbook"
     for key in ("util_pct", "sm_clock_mhz", "mem_used_bytes", "power_w"):
         assert [m for _, m in charts_in(browser, f"gpu-{key}")][0] > 0, key
     assert console_errors(browser) == []
@@ -392,6 +394,8 @@ def test_top_under_tmux(fleet, clickhouse_url):
         assert re.search(r"^idle\s+warning\s+04:34\s+node-001", shown, re.M)
         assert re.search(r"node-001\s+2\s+h100-sxm-east\s+stark-research\s+nb-0007\s+\d+%\s+\d+ min\s+[\d.]+ USD",
                          shown), "the idle GPU, how long and what it cost, with its pool and job on a wide screen"
+        rows = shown.split("RENTED GPUs IDLE NOW")[1].splitlines()
+        assert re.match(r"node-001\s+2\s.*\d+ min\s+[\d.]+ USD", rows[2]), "the GPU idle now comes first"
         subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True, timeout=30)
         wait_for(lambda s: "exit=0" in s, 15)
     finally:

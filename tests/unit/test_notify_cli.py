@@ -136,3 +136,29 @@ def test_check_lists_the_inhibition_rules(tmp_path, routes, capsys):
     out = capsys.readouterr().out
     assert "2 inhibition rules" in out
     assert "inhibit inhibit_rules[0]: {severity=critical} mutes {severity=warning} with equal node, tenant" in out
+
+
+@pytest.mark.parametrize("kind, setting", [("pagerduty", 'routing_key_env = "T_PD"\nurl = "not a url"'),
+                                           ("alertmanager", 'url = "not a url"'),
+                                           ("webhook", 'url = "not a url"\nsigning_key_env = "T_PD"')])
+def test_check_refuses_a_url_that_is_not_one_for_every_receiver(tmp_path, capsys, monkeypatch, kind, setting):
+    monkeypatch.setenv("T_PD", "key")
+    path = tmp_path / "routes.toml"
+    path.write_text(f'[route]\nreceiver = "r"\n[receivers.r]\ntype = "{kind}"\n{setting}\n')
+    assert main(["notify", "--routes", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "receivers.r" in err and "url" in err and "Traceback" not in err
+
+
+def test_notify_status_reads_the_delivery_log_and_says_which_receiver_is_down(tmp_path, capsys):
+    from gpufleet.streams.notify.outbox import Outbox
+    outbox = Outbox(str(tmp_path / "log"), fsync=False)
+    outbox.receiver_state("oncall", "down", 1.8e9, "no answer: connection refused")
+    outbox.receiver_state("chat", "up", None)
+    outbox.close()
+    assert main(["notify", "status", "--outbox", str(tmp_path / "log")]) == 1
+    out = capsys.readouterr().out
+    assert "oncall" in out and "DOWN since 2027-01-15" in out and "connection refused" in out
+    assert main(["notify", "status", "--outbox", str(tmp_path / "none")]) == 0
+    assert "nothing delivered yet" in capsys.readouterr().out
+    assert not (tmp_path / "none").exists()                      # reading creates nothing

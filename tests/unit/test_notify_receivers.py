@@ -168,7 +168,7 @@ def test_alertmanager_alerts(receivers):
     (req,) = am.requests(Notification("am", {}, [firing, resolved]))
     assert req.url == "http://am.test:9093/api/v2/alerts"
     one, two = json.loads(req.body)
-    assert one["labels"] == {"alertname": "idle", "node": "n1", "gpu": "GPU-1", "job": "j1", "tenant": "acme",
+    assert one["labels"] == {"alertname": "idle", "node": "n1", "gpu": "GPU-1", "tenant_job": "j1", "tenant": "acme",
                              "pool": "h100-east", "severity": "warning"}
     assert one["annotations"] == {"summary": firing["summary"], "evidence": '{"x": 1}', "incident": firing["id"]}
     assert one["startsAt"] == "1970-01-01T00:16:40.000Z"

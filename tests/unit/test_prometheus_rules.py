@@ -39,3 +39,14 @@ def test_the_rules_unit_tests_pass_and_fail_when_a_rule_changes(tmp_path):
     broken = subprocess.run(["promtool", "test", "rules", "gpufleet.rules.test.yml"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert broken.returncode != 0 and "GpufleetWorkerPartitionStuck" in broken.stdout + broken.stderr
+
+
+def test_every_alert_rule_links_a_runbook_page_that_exists():
+    text = (RULES / "gpufleet.rules.yml").read_text()
+    alerts = re.findall(r"- alert: (\w+)", text)
+    links = re.findall(r'runbook_url: "http://127\.0\.0\.1:8080/manual/runbooks/([^"]+)/"', text)
+    assert len(alerts) == len(links) == 6
+    pages = RULES.parents[1] / "docs" / "runbooks"
+    for link in links:
+        name = "memory_leak" if link == "{{ $labels.kind }}" else link     # the kind the rule's tests use
+        assert (pages / f"{name}.md").is_file(), link

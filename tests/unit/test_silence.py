@@ -5,7 +5,7 @@ import json
 from collections import namedtuple
 from dataclasses import dataclass
 
-from helpers import gpu, message
+from helpers import gpu, message, paged
 
 from gpufleet.contracts.output import Output
 from gpufleet.streams.config import StreamConfig
@@ -30,8 +30,9 @@ def fleet(n2_until: float, n2_back: float | None = None, end: float = 5400.0) ->
     return out
 
 
-def idle_events(events, uuid):
-    return [e for e in events if e.get("kind") == "idle" and e["gpu_uuid"] == uuid]
+def idle_events(events, uuid, updates=False):
+    found = [e for e in events if e.get("kind") == "idle" and e["gpu_uuid"] == uuid]
+    return found if updates else paged(found)
 
 
 def test_embedded_a_silent_node_resolves_by_stream_time_and_comes_back():
@@ -51,6 +52,12 @@ def test_embedded_a_silent_node_resolves_by_stream_time_and_comes_back():
     n1 = idle_events(pipeline.out.events, "GPU-1")
     assert [e["status"] for e in n1] == ["firing"]            # the node that kept reporting is still idle
     assert pipeline.out.counts["silent_nodes"] == 1
+    # ... and its numbers are told again every half hour of stream time, under the same incident
+    told = idle_events(pipeline.out.events, "GPU-1", updates=True)
+    assert [(e["revision"], e.get("change"), e["id"]) for e in told] == [
+        (0, None, n1[0]["id"]), (1, "updated", n1[0]["id"]), (2, "updated", n1[0]["id"])]
+    assert [e["evidence"]["idle_s"] for e in told] == [600.0, 2400.0, 4200.0]
+    assert [e["detected_at"] for e in told] == [n1[0]["detected_at"]] * 3
 
 
 def test_embedded_silence_at_the_end_of_a_recording():

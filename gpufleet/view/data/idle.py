@@ -67,19 +67,22 @@ class IdleReads(AlertReads):
         return {"start": w.start, "end": w.end, "runs": out, "currency": currency or self.currency}
 
     def idlest(self, end: float, minutes: int = 15, limit: int = 10) -> list[dict]:
-        """The rented GPUs with the lowest mean utilization over the last ``minutes``, with their idle run."""
+        """The rented GPUs idle now (longest idle first, with their idle time and its cost), then those with the lowest
+        mean utilization over the last ``minutes``."""
         w = Window(end - minutes * 60, end)
+        running = {r["gpu_uuid"]: r for r in self.idle(w)["runs"] if r["ongoing"]}
         rows = self._rows(
             "SELECT gpu_uuid, any(node), any(gpu_index), any(pool), argMax(tenant, minute) AS t, argMax(job, minute), "
             "avg(util_pct_mean) AS u FROM gpu_rollup_1m WHERE minute >= toDateTime(%(start)s) "
-            "AND minute < toDateTime(%(end)s) GROUP BY gpu_uuid HAVING t != '' AND u IS NOT NULL "
-            "ORDER BY u, gpu_uuid LIMIT %(limit)s", {**w.params(), "limit": limit})
-        running = {r["gpu_uuid"]: r for r in self.idle(w)["runs"] if r["ongoing"]}
+            "AND minute < toDateTime(%(end)s) GROUP BY gpu_uuid HAVING t != '' AND (u IS NOT NULL OR has(%(idle)s, "
+            "gpu_uuid)) ORDER BY has(%(idle)s, gpu_uuid) DESC, u, gpu_uuid LIMIT %(limit)s",
+            {**w.params(), "limit": limit, "idle": sorted(running)})
+        rows.sort(key=lambda r: (r[0] not in running, running[r[0]]["start"] if r[0] in running else 0.0))
         out = []
         for uuid, node, index, pool, tenant, job, util in rows:
             run = running.get(uuid)
             out.append({"gpu_uuid": uuid, "node": node, "gpu_index": int(index), "pool": pool, "tenant": tenant,
-                        "job": job or None, "util_pct": round(float(util), 1),
+                        "job": job or None, "util_pct": None if util is None else round(float(util), 1),
                         "idle_since": run["start"] if run else None,
                         "cost_so_far": run["cost_so_far"] if run else None,
                         "price_per_gpu_hour": run["price_per_gpu_hour"] if run else None})

@@ -20,5 +20,8 @@ class StarvedSeen(Seen):
     also_seen: list[str] = field(default_factory=list)      # the other paths that showed
     window_min: float = WINDOW_S / SECONDS_PER_MINUTE       # the window's span
 
+    def lookback_s(self) -> float:
+        return self.window_min * SECONDS_PER_MINUTE         # starved since its first starved window began
+
 
 SEEN = StarvedSeen

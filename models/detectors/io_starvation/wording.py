@@ -53,8 +53,8 @@ def describe(status: str, info: Seen, st: Incident, resolved_at: float | None) -
            "host cpu": f"the host's CPUs {info.cpu:.0f}% busy feeding them"}[path]
     what = (f"job {info.job} on {info.node} waits for its input data ({path}): {info.gpus} GPU"
             f"{'s' if info.gpus != 1 else ''} at {info.util:.0f}% utilization, {fed}")
-    if status == "firing":       # starved since the first positive window began: its window before it fired
-        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st) + info.window_min:.0f} min"
+    if status == "firing":       # starved since the first positive window began (the incident's start)
+        summary = f"{what[0].upper()}{what[1:]}, for {minutes(st):.0f} min"
     else:
         starved = f"starved for {minutes(st, resolved_at):.0f} min"
         summary = ended(f"Job {info.job} on {info.node}", st, resolved_at, starved) or \

@@ -37,9 +37,13 @@ FLAT_VARIANCE = 1e-12        # a variance under which a series is flat (no corre
 
 # -- the process -----------------------------------------------------------------------------------------------------
 WARMUP_MIN = 10.0            # minutes: a process's first minutes are its warm-up (a model loading), never judged
-OOM_SHARE = 0.9             # share of the GPU's memory its process held when it ended from which a leak's incident
-                             # resolves as "out of memory" (a process near the top of its GPU's memory that ends
-                             # has run out of it; set by hand)
+AT_LIMIT_SHARE = 0.03       # share of the GPU's memory left under which a process is at the limit: a leak that ends
+                             # there ran out of memory, and one that stops growing there has not cleared (set by hand:
+                             # a framework keeps a little back; a job that ends normally rarely sits this close)
+OOM_GROWTH_S = 120.0         # s of a leak's growth: a process gone with less headroom than that at its last sample
+                             # ran out of memory too (a fast leak, sampled every minute, dies between two samples)
+RELEASED_SHARE = 0.2         # share of the GPU's memory a process at the limit lets go at once: the out-of-memory
+                             # caught (a framework that frees its cache on the error and goes on)
 RESTART_QUIET_S = 300.0      # s after a restart the GPU is left out of the other detectors (a job reloading its
                              # checkpoint looks idle or slow meanwhile)
 
@@ -61,6 +65,7 @@ UNDER_A_MINUTE = 0.5         # minutes to the OOM under which it is told as "und
 # -- units and storage -----------------------------------------------------------------------------------------------
 MINUTES_PER_HOUR = 60.0      # unit conversion
 SECONDS_PER_MINUTE = 60      # unit conversion
+SECONDS_PER_HOUR = 3600.0    # unit conversion
 PERCENT = 100.0              # a percentage as a share
 BYTES_PER_GB = 1e9           # the features keep decimal GB; rates are told in bytes
 WHOLE = 2.0 ** 53            # a double holds every whole number below this exactly

@@ -19,12 +19,12 @@ from .constants import (
     HISTORY_MINUTES,
     KIND,
     LOAD_MINUTES,
-    OOM_SHARE,
+    RELEASED_SHARE,
     RESTART_QUIET_S,
     SECONDS_PER_MINUTE,
 )
 from .features import features_many, oom_estimate, runaway
-from .rules import decide, held_back, restart, shared, urgent
+from .rules import at_limit, decide, ending, held_back, restart, shared, urgent
 from .seen import LeakSeen
 from .storage import MemoryTrack, Peaks
 from .wording import describe
@@ -43,17 +43,16 @@ class Detector:
         """One node message (in ts order); the GPUs whose process just restarted go into ``ctx.flags.quiet``.
         The GPUs whose minute closed with it are judged together (their windows scored in one batch)."""
         due: list[tuple] = []
-        gone: list[tuple[str, float, float]] = []       # GPUs whose process ended: (uuid, its last peak, total)
+        gone: list[tuple] = []      # GPUs whose leaking process ended: (gpu now, its track, its ending or None)
         for g in msg.gpus:
             self._sample(msg, g, due, gone)
-        for uuid, peak, total in gone:                  # a leak lives and dies with its process
-            key = f"{KIND}:{uuid}"
+        for g, m, released in gone:                     # a leak lives and dies with its process
+            key = f"{KIND}:{g.uuid}"
             st = self.incidents.by_key.get(key)
             if st is not None:
                 assert isinstance(st.info, LeakSeen)
-                st.info = replace(st.info, used_gb=peak / BYTES_PER_GB, total_gb=total / BYTES_PER_GB)
-                reason = "out_of_memory" if peak >= OOM_SHARE * total else "process_ended"
-                self.incidents.close(key, msg.ts, describe, ctx.out, reason)
+                st.info = replace(st.info, used_gb=m.last / BYTES_PER_GB, total_gb=m.total / BYTES_PER_GB)
+                self.incidents.close(key, msg.ts, describe, ctx.out, released or ending(m, g.tenant, g.job, st.info))
         if due:
             items = [None if m is None else (m.minutes.doubles(), m.total, age, m.loads) for _, m, age, *_ in due]
             xs = features_many(items)
@@ -63,17 +62,21 @@ class Detector:
                            decider, ctx.out, ctx.recorder)
         ctx.flags.quiet |= self.restarted(msg.ts)
 
-    def _sample(self, msg, g, due: list[tuple], gone: list[tuple[str, float, float]]) -> None:
-        if g.mem_used_bytes is None or not g.mem_total_bytes:
+    def _sample(self, msg, g, due: list[tuple], gone: list[tuple]) -> None:
+        used = g.mem_used_bytes
+        if used is None or not g.mem_total_bytes:
             return
         ts, minute = msg.ts, int(msg.ts // SECONDS_PER_MINUTE)
         pid = g.processes[0].pid if g.processes else None
         m = self.tracks.get(g.uuid)
-        if m is None or m.pid != pid:                 # a new process: its memory history starts again
+        # the same process letting go of much of its memory at the limit: the out-of-memory, caught
+        released = m is not None and m.pid == pid is not None and at_limit(m.last, m.total) and \
+            m.last - used >= RELEASED_SHARE * m.total
+        if m is None or m.pid != pid or released:     # a new process (or one that OOMed): its history starts again
             if m is not None and m.pid is not None:
-                gone.append((g.uuid, max(m.peak, m.minutes.last() if len(m.minutes) else 0.0), m.total))
-            restarted = ts if m is not None and restart(m, pid, ts) else None
-            m = self.tracks[g.uuid] = MemoryTrack(minute, g.mem_used_bytes, Peaks(), array("d"), 0.0, 0, pid, ts,
+                gone.append((g, m, "out_of_memory" if released else None))
+            restarted = ts if m is not None and not released and restart(m, pid, ts) else None
+            m = self.tracks[g.uuid] = MemoryTrack(minute, used, Peaks(), array("d"), 0.0, 0, pid, ts,
                                                   g.mem_total_bytes, restarted)
         elif minute > m.minute:
             closed = m.peak
@@ -85,7 +88,8 @@ class Detector:
             # judged below with the other GPUs whose minute closed: (gpu, track or None, age in minutes, ...)
             due.append((g, m if m.pid is not None else None, (msg.ts - m.since) / SECONDS_PER_MINUTE, m.pid, closed,
                         m.total))
-        m.peak = max(m.peak, g.mem_used_bytes)
+        m.peak = max(m.peak, used)
+        m.last, m.job = used, g.job
         if g.util_pct is not None:
             m.util_sum += g.util_pct
             m.util_n += 1
@@ -121,6 +125,8 @@ class Detector:
             positive, now = decide(x, score, decider, info), urgent(x, score, decider, info)
             if positive and not now and held_back(key, info, self.incidents):
                 positive = False
+            if not positive and at_limit(used, total) and self.incidents.is_open(key):
+                continue            # stopped growing at the limit: not cleared (it runs out, or lets go, next)
             self.incidents.observe(key, positive, msg.ts, info, Judge(decider, out, describe), urgent=now)
 
     def silence(self, ts: float, out: Output, node: str | None = None) -> None:

@@ -7,7 +7,18 @@ from ..base import (
     Decider,
     Incidents,
 )
-from .constants import BASELINE_HEADROOM, CRITICAL_MIN, RESTART_QUIET_S, SHARED_PEERS, SHARED_RATE_SHARE, WARMUP_MIN
+from .constants import (
+    AT_LIMIT_SHARE,
+    BASELINE_HEADROOM,
+    BYTES_PER_GB,
+    CRITICAL_MIN,
+    OOM_GROWTH_S,
+    RESTART_QUIET_S,
+    SECONDS_PER_HOUR,
+    SHARED_PEERS,
+    SHARED_RATE_SHARE,
+    WARMUP_MIN,
+)
 from .features import FEATURES, SLOPE_30_AT, oom_estimate
 from .seen import LeakSeen
 from .storage import MemoryTrack
@@ -20,6 +31,24 @@ def restart(m: MemoryTrack, pid: int | None, ts: float) -> bool:
     if m.pid is not None:
         return True
     return pid is not None and m.restarted_at is not None and ts - m.since < RESTART_QUIET_S
+
+def at_limit(used: float, total: float) -> bool:
+    """A process with less than ``AT_LIMIT_SHARE`` of its GPU's memory left: a leak there has run out (or is about
+    to); one that stops growing there has not cleared."""
+    return total - used <= AT_LIMIT_SHARE * total
+
+
+def ending(m: MemoryTrack, tenant: str | None, job: str | None, info: LeakSeen) -> str:
+    """How a leaking process that is gone ended (``m`` its track, ``tenant`` and ``job`` the GPU's now): it ran out
+    of memory where its last sample was at the limit, or closer to it than ``OOM_GROWTH_S`` of its growth; else the
+    rental or the job ended with it, or the process alone."""
+    rate = info.rate_gb_h * BYTES_PER_GB / SECONDS_PER_HOUR
+    if at_limit(m.last, m.total) or m.total - m.last <= rate * OOM_GROWTH_S:
+        return "out_of_memory"
+    if tenant is None:
+        return "rental_ended"
+    return "job_ended" if job != m.job else "process_ended"
+
 
 def applies(x: list[float]) -> bool:
     """Judged only past the warm-up, while the 30-minute slope grows."""

@@ -18,5 +18,8 @@ class LeakSeen(Seen):
     shared: bool = False             # other jobs' GPUs on the node grow with it (rules.shared)
     runaway: bool = False            # rising every minute to the OOM (features.runaway)
 
+    def lookback_s(self) -> float:
+        return (self.rate_over_min or 0) * 60.0     # growing over the minutes its rate was measured over
+
 
 SEEN = LeakSeen

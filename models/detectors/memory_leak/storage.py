@@ -99,13 +99,16 @@ class MemoryTrack:
     total: float                    # the GPU's memory
     restarted_at: float | None = None   # ts this process replaced another one (without a process: ts the last
                                         # one died)
+    last: float = 0.0               # its memory at its latest sample
+    job: str | None = None          # the job it ran for
 
     def to_state(self) -> dict:
         return {**save_fields(self), "minutes": self.minutes.doubles().tolist(), "loads": self.loads.tolist()}
 
     @classmethod
     def from_state(cls, state: dict) -> MemoryTrack:
-        m = load_fields(cls, state, "memory track")
+        # last and job came with the endings told as they happened: a track saved before takes its minute's peak
+        m = load_fields(cls, {"last": state.get("peak", 0.0), "job": None, **state}, "memory track")
         try:
             m.minutes, m.loads = Peaks(state["minutes"]), array("d", state["loads"])
         except (TypeError, AttributeError):

@@ -30,5 +30,8 @@ class StragglerSeen(Seen):
     limit: float | None = None       # power limit, W (None: not reported)
     peer_limit: float | None = None
 
+    def lookback_s(self) -> float:
+        return self.window_s         # slow since the start of its first slow window
+
 
 SEEN = StragglerSeen

@@ -78,7 +78,7 @@ def describe(status: str, info: Seen, st: Incident, resolved_at: float | None) -
             why = f"SM clock at {info.clock:.0%} of its maximum vs {info.peer_clock:.0%} for its peers"
         else:
             why = f"utilization {info.util:.0f}% vs {info.peer_util:.0f}%, clocks normal"
-        spans = minutes(st) + info.window_s / 60      # from the start of the first slow window
+        spans = minutes(st)          # from the start of the first slow window (the incident's start)
         summary = f"{who} runs {info.slowdown:.0%} behind {peers} for {spans:.0f} min: {why} ({cause})"
     else:
         lagged = f"it lagged for {minutes(st, resolved_at):.0f} min"

@@ -1,11 +1,13 @@
 """Prometheus Alertmanager, API v2: ``POST /api/v2/alerts`` with a list of alerts.
 
-Each alert: labels ``alertname`` (the kind), ``node``, ``gpu``, ``job``, ``tenant``, ``pool``,
-``severity`` (empty ones left out), annotations ``summary`` and ``evidence`` (JSON), ``startsAt``,
+Each alert: labels ``alertname`` (the kind), ``node``, ``gpu``, ``tenant_job`` (the tenant's job: ``job`` is
+Prometheus' own scrape label), ``tenant``, ``pool``, ``severity`` (empty ones left out), annotations ``summary``,
+``evidence`` (JSON), ``incident``, ``runbook_url`` and, once it changed, ``revision`` and ``change``; ``startsAt``,
 and ``endsAt``: for a firing alert a moment four resend intervals ahead, renewed by re-sending it
 every ``resend_interval`` while it fires (as Prometheus does), so Alertmanager never resolves it on
 its own; for a resolved one the time it resolved. Alertmanager then groups, silences and routes
-with its own configuration; it answers 200.
+with its own configuration; it answers 200. Severity is a label, so an incident whose severity changes is a new
+label set there: the change sends the new one firing and the old one resolved, together.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class Alertmanager(Receiver):
     Config = AlertmanagerConfig
     batch: ClassVar[int | None] = 500
     reminds: ClassVar[bool] = True
+    updates_by_default: ClassVar[bool] = True
 
     def __init__(self, name, config, operator_url=None, clock: Callable[[], float] = time.time):
         super().__init__(name, config, operator_url)
@@ -75,23 +78,31 @@ class Alertmanager(Receiver):
         out = []
         for lo in range(0, len(n.alerts), self.batch or len(n.alerts)):
             chunk = n.alerts[lo:lo + (self.batch or len(n.alerts))]
-            out.append(Request(f"{config.url}/api/v2/alerts", json_body([self.alert(a) for a in chunk]), headers,
+            body = [self.alert(a) for a in chunk]
+            body += [self.alert({**a, "severity": a["previous_severity"], "status": "resolved", "resolved_at": None})
+                     for a in chunk if a["status"] == "firing" and a.get("previous_severity")
+                     and a["previous_severity"] != a["severity"]]
+            out.append(Request(f"{config.url}/api/v2/alerts", json_body(body), headers,
                                list(range(lo, lo + len(chunk)))))
         return out
 
     def alert(self, alert: dict) -> dict:
         labels = {"alertname": alert["kind"], "node": alert.get("node"), "gpu": alert.get("gpu_uuid"),
-                  "job": alert.get("job"), "tenant": alert.get("tenant"), "pool": alert.get("pool"),
+                  "tenant_job": alert.get("job"), "tenant": alert.get("tenant"), "pool": alert.get("pool"),
                   "severity": alert["severity"]}
         now = self.clock()
         if alert["status"] == "resolved":    # never ahead of now (a skewed clock): Alertmanager resolves at endsAt
             ends = min(alert.get("resolved_at") or now, now)
         else:
             ends = now + 4 * self.resend_s
-        out = {"labels": {k: str(v) for k, v in labels.items() if v},
-               "annotations": {"summary": alert["summary"],
-                               "evidence": json.dumps(alert.get("evidence") or {}, sort_keys=True),
-                               "incident": alert["id"]},
+        annotations = {"summary": alert["summary"], "evidence": json.dumps(alert.get("evidence") or {}, sort_keys=True),
+                       "incident": alert["id"]}
+        if alert.get("runbook_url"):
+            annotations["runbook_url"] = alert["runbook_url"]
+        if alert.get("revision"):
+            annotations["revision"] = str(alert["revision"])
+            annotations["change"] = alert.get("change") or "updated"
+        out = {"labels": {k: str(v) for k, v in labels.items() if v}, "annotations": annotations,
                "startsAt": iso(alert["started_at"]), "endsAt": iso(max(ends, alert["started_at"]))}
         link = self.operator_url(alert)
         if link:

@@ -41,6 +41,10 @@ class ReceiverConfig(BaseModel):
     burst: int | None = Field(None, ge=1, le=10_000, description="requests allowed at once beyond the rate")
     timeout_s: float | None = Field(None, gt=0, le=300, description="HTTP timeout (default: notify.timeout_s)")
     send_resolved: bool = Field(True, description="tell this receiver when an incident resolves")
+    send_updates: bool | None = Field(None, description="tell this receiver when an open incident's numbers move on "
+                                                        "(duration, amount so far; every 30 min at most); default: "
+                                                        "yes for alertmanager and webhook, no for slack and pagerduty "
+                                                        "(a change of severity is always told)")
 
     @model_validator(mode="before")
     @classmethod
@@ -167,6 +171,7 @@ class Receiver(ABC):
     batch: ClassVar[int | None] = None        # alerts per request at most; None: a notification per request
     reminds: ClassVar[bool] = False           # repeats firing alerts every repeat_interval
     default_rate: ClassVar[tuple[float, int]] = (0.0, 1)   # requests a second (0: no limit), burst
+    updates_by_default: ClassVar[bool] = False              # told when an open incident's numbers move on
 
     def __init__(self, name: str, config: ReceiverConfig, operator_url: Callable[[dict], str | None] | None = None):
         self.name, self.config = name, config
@@ -182,6 +187,12 @@ class Receiver(ABC):
         rate, burst = self.default_rate
         c = self.config
         return (c.rate_per_s if c.rate_per_s is not None else rate, c.burst if c.burst is not None else burst)
+
+    @property
+    def updates(self) -> bool:
+        """Whether this receiver is told an open incident's updates (its severity unchanged)."""
+        given = self.config.send_updates
+        return self.updates_by_default if given is None else given
 
     @abstractmethod
     def requests(self, notification: Notification) -> list[Request]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 from typing import ClassVar, Literal
 
+from pydantic import field_validator
+
 from ..http import Response
-from .base import Notification, Receiver, ReceiverConfig, Request, Verdict, classify, cut, iso, json_body
+from .base import Notification, Receiver, ReceiverConfig, Request, Verdict, classify, cut, iso, json_body, url_problem
 
 EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 PD_SEVERITY = Literal["critical", "error", "warning", "info"]
@@ -30,6 +32,24 @@ class PagerDutyConfig(ReceiverConfig):
     url: str = EVENTS_URL
     severity: dict[Literal["info", "warning", "critical"], PD_SEVERITY] = {}
     client: str = "gpufleet"
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        problem = url_problem(v)
+        if problem:
+            raise ValueError(f"{v!r}: {problem}")
+        return v.strip()
+
+
+def changed(alert: dict) -> dict:
+    """What an incident's later trigger adds: its revision, and the severity it changed from."""
+    if not alert.get("revision"):
+        return {}
+    out = {"revision": alert["revision"], "change": alert.get("change") or "updated"}
+    if alert.get("previous_severity"):
+        out["previous_severity"] = alert["previous_severity"]
+    return out
 
 
 class PagerDuty(Receiver):
@@ -54,7 +74,7 @@ class PagerDuty(Receiver):
             "severity": config.severity.get(alert["severity"], SEVERITY.get(alert["severity"], "warning")),
             "timestamp": iso(alert["detected_at"]),
             "class": alert["kind"],
-            "custom_details": alert.get("evidence") or {},
+            "custom_details": {**(alert.get("evidence") or {}), **changed(alert)},
         }
         component = alert.get("gpu_uuid") or alert.get("job")
         if component:
@@ -63,10 +83,15 @@ class PagerDuty(Receiver):
             payload["group"] = alert["pool"]
         event = {"routing_key": self.secrets["routing_key"], "event_action": "trigger", "dedup_key": key,
                  "payload": payload, "client": config.client}
+        links = []
+        if alert.get("runbook_url"):
+            links.append({"href": alert["runbook_url"], "text": f"Runbook: {alert['kind']}"})
         link = self.operator_url(alert)
         if link:
             event["client_url"] = link
-            event["links"] = [{"href": link, "text": "Operator view"}]
+            links.append({"href": link, "text": "Operator view"})
+        if links:
+            event["links"] = links
         return event
 
     def verdict(self, response: Response) -> Verdict:

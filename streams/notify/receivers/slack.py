@@ -61,6 +61,19 @@ def where(alert: dict) -> str:
     return ", ".join(parts) or escape(alert.get("dedup_key", ""))
 
 
+def state_word(alert: dict, reminder: bool) -> str:
+    """RESOLVED, ESCALATED (was warning), DE-ESCALATED (was critical), UPDATED, STILL FIRING or FIRING."""
+    if alert["status"] == "resolved":
+        return "RESOLVED"
+    change = alert.get("change") if alert.get("revision") else None
+    if change in ("escalated", "deescalated") and not reminder:
+        word = "ESCALATED" if change == "escalated" else "DE-ESCALATED"
+        return f"{word} (was {alert.get('previous_severity') or '?'})"
+    if change and not reminder:
+        return "UPDATED"
+    return "STILL FIRING" if reminder else "FIRING"
+
+
 class Slack(Receiver):
     kind: ClassVar[str] = "slack"
     Config = SlackConfig
@@ -118,7 +131,7 @@ class Slack(Receiver):
         return {"text": cut(fallback, MAX_TEXT), "blocks": blocks}
 
     def alert_blocks(self, alert: dict, reminder: bool) -> tuple[dict, dict]:
-        status = "RESOLVED" if alert["status"] == "resolved" else ("STILL FIRING" if reminder else "FIRING")
+        status = state_word(alert, reminder)
         text = f"*{status}* · *{alert['severity']}* · *{alert['kind']}* on {where(alert)}\n{escape(alert['summary'])}"
         section: dict = {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, MAX_SECTION)}}
         evidence = alert.get("evidence") or {}
@@ -135,6 +148,8 @@ class Slack(Receiver):
         if alert["status"] == "resolved" and alert.get("resolved_at") is not None:
             facts.append(f"resolved {iso(alert['resolved_at'])}")
         elements = [{"type": "mrkdwn", "text": " · ".join(facts)}]
+        if alert.get("runbook_url"):
+            elements.append({"type": "mrkdwn", "text": f"<{alert['runbook_url']}|Runbook>"})
         link = self.operator_url(alert)
         if link:
             elements.append({"type": "mrkdwn", "text": f"<{link}|Open in the operator view>"})

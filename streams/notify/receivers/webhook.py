@@ -2,7 +2,8 @@
 
 Headers: ``X-Gpufleet-Timestamp`` (Unix seconds when this attempt was made), ``X-Gpufleet-Signature``
 (``v1=`` and the hex HMAC-SHA256, keyed with the signing key, of ``<timestamp>.<body>``),
-``X-Gpufleet-Delivery`` (``<alert id>:<status>``, the same on every attempt and after restarts: a
+``X-Gpufleet-Delivery`` (``<alert id>:<step>``, the step ``firing``, ``firing.N`` for revision N or
+``resolved``; the same on every attempt and after restarts: a
 receiver keeps the first and drops repeats) and ``X-Gpufleet-Event`` (the schema). A receiver checks
 the signature with :func:`verify` (or the few lines docs/alerting.md shows) and refuses timestamps older
 than a few minutes, so a captured request cannot be replayed later.
@@ -19,6 +20,7 @@ from pydantic import model_validator
 
 from gpufleet import __version__
 
+from ..outbox import step_of
 from .base import Notification, Receiver, ReceiverConfig, Request, checked_url, json_body, read_secret
 
 TOLERANCE_S = 300
@@ -65,6 +67,7 @@ class Webhook(Receiver):
     kind: ClassVar[str] = "webhook"
     Config = WebhookConfig
     batch: ClassVar[int | None] = 1
+    updates_by_default: ClassVar[bool] = True
 
     def __init__(self, name, config, operator_url=None, clock: Callable[[], float] = time.time):
         super().__init__(name, config, operator_url)
@@ -80,7 +83,7 @@ class Webhook(Receiver):
         return [Request(self.url, json_body(alert),
                         {"Content-Type": "application/json", "User-Agent": f"gpufleet/{__version__}",
                          "X-Gpufleet-Event": alert.get("schema", "gpufleet.alert.v1"),
-                         "X-Gpufleet-Delivery": f"{alert['id']}:{alert['status']}"}, [i])
+                         "X-Gpufleet-Delivery": f"{alert['id']}:{step_of(alert)}"}, [i])
                 for i, alert in enumerate(n.alerts)]
 
     def sign(self, request: Request) -> dict[str, str]:

@@ -260,19 +260,25 @@ def test_a_window_gives_the_samples_of_a_span_and_saves_as_named_columns_with_no
 
 
 def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_incident_waited_to_fire():
-    """An IO starvation fires on its first starved window: it has been starved for that window, not 0 min. A leak's
-    rate is measured over its last 10 or 30 minutes (fewer on a short history), whatever the incident's age."""
+    """An IO starvation fires on its first starved window: it has been starved for that window, not 0 min, and the
+    incident starts where that window began (detected_at - started_at is the delay from the evidence's start). A
+    leak's rate is measured over its last 10 or 30 minutes (fewer on a short history), whatever the incident's age."""
     from gpufleet.models.detectors.base import Incident
     at = 1_800_000_000.0
+
+    def opened(info, first, detected, hits=1, misses=0, reason=""):
+        """An incident as the tracker opens it: from the start of its first positive window."""
+        return Incident(hits, misses, first, detected, first - info.lookback_s(), info, reason=reason)
+
     io = io_starvation.StarvedSeen(node="n1", job="train-1", tenant="t", pool="p", score=0.95, gpus=8, util=20.0,
                                    iowait=30.0, disk=2.0, net=0.1, cpu=10.0, cause="disk", also_seen=[],
                                    target="n1/train-1", window_min=3.0)   # sampled every minute: three samples
-    first = io_starvation.describe("firing", io, Incident(1, 0, at, at, at, io), None)
-    assert first["summary"].endswith("for 3 min") and first["started_at"] == first["detected_at"] == at
-    later = io_starvation.describe("firing", io, Incident(3, 0, at, at + 120, at, io), None)
+    first = io_starvation.describe("firing", io, opened(io, at, at), None)
+    assert first["summary"].endswith("for 3 min") and first["detected_at"] == at and first["started_at"] == at - 180
+    later = io_starvation.describe("firing", io, opened(io, at, at + 120, hits=3), None)
     assert later["summary"].endswith("for 5 min")
-    gone = io_starvation.describe("resolved", io, Incident(0, 2, at, at + 120, at, io), at + 600)
-    assert gone["summary"].endswith("(starved for 10 min)") and gone["evidence"]["resolution"] == "cleared"
+    gone = io_starvation.describe("resolved", io, opened(io, at, at + 120, 0, 2), at + 600)
+    assert gone["summary"].endswith("(starved for 13 min)") and gone["evidence"]["resolution"] == "cleared"
 
     # a 3 GB/h leak, an hour of history: the 30-minute rate, over 30 minutes, however few minutes the incident is old
     far = memory_leak.features([20e9 + i * 0.05e9 for i in range(61)], 80e9, age_min=90)
@@ -283,24 +289,51 @@ def test_an_alerts_summary_says_how_long_the_evidence_spans_not_how_long_the_inc
     leak = memory_leak.LeakSeen(node="n1", gpu_uuid="GPU-1", job="svc", tenant="t", pool="p", index=2, pid=7,
                                 score=0.99, rate_gb_h=rate * 80, used_gb=23.0, total_gb=80.0, to_oom_min=oom,
                                 rate_over_min=over, severity="warning")
-    fired = memory_leak.describe("firing", leak, Incident(4, 0, at, at + 180, at, leak), None)["summary"]
+    fired = memory_leak.describe("firing", leak, opened(leak, at, at + 180, hits=4), None)["summary"]
     # in the units people read (GiB), while the evidence keeps the raw figures for machines
     assert "leaks memory: 2.79 GiB/h over the last 30 min, 21.4 of 75 GiB used" in fired and "for 3 min" not in fired
     assert fired.endswith("out of memory in about 19.0 h")                   # 57 GB left at 3 GB/h
     full = replace(leak, used_gb=79.9, to_oom_min=0.2)                       # found as the memory runs out
-    assert memory_leak.describe("firing", full, Incident(1, 0, at, at, at, full), None)["summary"].endswith(
+    assert memory_leak.describe("firing", full, opened(full, at, at), None)["summary"].endswith(
         "74.4 of 75 GiB used, out of memory in under a minute")
-    oom = memory_leak.describe("resolved", full, Incident(0, 1, at, at, at, full, reason="out_of_memory"), at + 600)
+    oom = memory_leak.describe("resolved", full, opened(full, at, at, 0, 1, "out_of_memory"), at + 600)
     assert oom["summary"] == "GPU 2 on n1 (job svc, pid 7): its process ran out of memory with 74.4 of 75 GiB used " \
-        "(after 10 min)" and oom["evidence"]["resolution"] == "out_of_memory"
-    silent = io_starvation.describe("resolved", io, Incident(0, 1, at, at, at, io, reason="no_telemetry"), at + 600)
-    assert silent["summary"] == "Job train-1 on n1: no telemetry since 08:10 UTC (starved for 10 min)"
+        "(after 40 min)" and oom["evidence"]["resolution"] == "out_of_memory"      # growing 30 min before it fired
+    silent = io_starvation.describe("resolved", io, opened(io, at, at, 0, 1, "no_telemetry"), at + 600)
+    assert silent["summary"] == "Job train-1 on n1: no telemetry since 08:10 UTC (starved for 13 min)"
 
     node = straggler.StragglerSeen(level="node", node="n2", gpus=8, job="train-2", peers=1, index=0, bits=0,
                                    throttled=0.0, clock=0.6, peer_clock=0.8, util=85.0, peer_util=84.0,
                                    slowdown=0.25, power=0.5, peer_power=0.7, score=0.9, target="n2")
-    text = straggler.describe("firing", node, Incident(4, 0, at, at + 90, at, node), None)["summary"]
+    text = straggler.describe("firing", node, opened(node, at, at + 90, hits=4), None)["summary"]
     assert "25% behind the job's other node for 2 min" in text
     gpu = replace(node, level="gpu", peers=7)
-    text = straggler.describe("firing", gpu, Incident(4, 0, at, at + 90, at, gpu), None)["summary"]
+    text = straggler.describe("firing", gpu, opened(gpu, at, at + 90, hits=4), None)["summary"]
     assert "behind its 7 peers" in text
+
+
+def test_an_open_incident_is_told_again_when_its_severity_moves_and_its_numbers_every_half_hour():
+    """An escalation is told at once; a de-escalation once the lower severity has held 15 minutes (a severity
+    hovering at its threshold pages once); the numbers every half hour, at the severity told."""
+    from gpufleet.contracts.events import Told
+    from gpufleet.models.detectors.base import event
+    km = Model.untrained().kinds["memory_leak"]
+    km.persist_on, km.persist_off, km.hold_down_s = 1, 1, 0.0
+    inc, out = Incidents(), Output()
+
+    def describe(status, info, st, resolved_at):
+        return event("memory_leak", "g", status, st, resolved_at, info, Told(f"{info.severity} {info.score}", {}))
+
+    for ts, severity in ((0, "warning"), (60, "warning"), (120, "critical"), (180, "critical"), (240, "warning"),
+                         (300, "critical"), (400, "warning"), (1299, "warning"), (1300, "warning"), (3000, "warning"),
+                         (3100, "warning"), (3200, "warning")):
+        inc.observe("memory_leak:g", True, ts, Seen(severity=severity, score=ts), Judge(km, out, describe))
+    inc.observe("memory_leak:g", False, 3260, None, Judge(km, out, describe))
+    told = [(e["status"], e["severity"], e["revision"], e.get("change"), e.get("previous_severity"), e["summary"])
+            for e in out.events]
+    assert told == [("firing", "warning", 0, None, None, "warning 0"),
+                    ("firing", "critical", 1, "escalated", "warning", "critical 120"),
+                    ("firing", "warning", 2, "deescalated", "critical", "warning 1300"),   # held 15 min from 400
+                    ("firing", "warning", 3, "updated", None, "warning 3100"),      # 30 min after the last told
+                    ("resolved", "warning", 3, None, None, "warning 3200")]
+    assert len({e["id"] for e in out.events}) == 1 and {e["detected_at"] for e in out.events} == {0}

@@ -189,7 +189,9 @@ def test_a_window_at_the_urgent_score_pages_on_the_first_slow_epoch():
     (waited,) = slow_gpu_alerts({i: (4, 11) for i in range(4)}, persist_on=4)
     (urgent,) = slow_gpu_alerts({i: (4, 11) for i in range(4)}, persist_on=4, urgent_score=0.25)   # scores 0.28
     (doubtful,) = slow_gpu_alerts({i: (4, 11) for i in range(4)}, persist_on=4, urgent_score=0.5)
-    assert urgent["detected_at"] == urgent["started_at"] and waited["detected_at"] - waited["started_at"] == 90
+    # the incident starts where its first slow window began (a minute's window): paged on that window, its delay
+    # from the evidence's start is the window; waiting three more epochs adds 90 s
+    assert urgent["detected_at"] - urgent["started_at"] == 60 and waited["detected_at"] - waited["started_at"] == 150
     assert doubtful["detected_at"] == waited["detected_at"]
     assert "for 1 min" in urgent["summary"]           # the evidence spans the slow window, not zero minutes
 

@@ -77,7 +77,7 @@ def latest(rows: list[tuple], key, alert_at: int) -> list[tuple]:
     return list(best.values())
 
 
-# Added to version 1 files as they are opened (a table no reader of version 1 needs).
+# The circuit breakers' state: added to version 1 files as they are opened (no reader of version 1 needs it).
 RECEIVERS = """
 CREATE TABLE IF NOT EXISTS receiver_state (
     receiver   TEXT PRIMARY KEY,
@@ -135,17 +135,15 @@ class Outbox:
         self._last_update = 0.0
         db = self._db()
         (version,) = db.execute("PRAGMA user_version").fetchone()
-        if version == 0:
-            with db:
-                db.executescript(SCHEMA)
-                db.execute(f"PRAGMA user_version = {VERSION}")
-        if version in (0, VERSION):
-            with db:
-                db.executescript(RECEIVERS)
         if version not in (0, VERSION):
             raise OutboxError(f"outbox {self.path} is format version {version}; this gpufleet reads version "
                               f"{VERSION}: point notify.outbox_dir elsewhere, or deliver with the gpufleet that "
                               "wrote it")
+        with db:
+            if version == 0:
+                db.executescript(SCHEMA)
+                db.execute(f"PRAGMA user_version = {VERSION}")
+            db.executescript(RECEIVERS)              # added to version 1 files as they are opened
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)

@@ -216,7 +216,7 @@ class Router:
             return matches, []
         told = {r for (i, s, r), state in states.items()
                 if i == aid and s.startswith("firing") and state in ("sent", "silenced", "inhibited")}
-        told |= {r for (i, s, r) in self.pending if i == aid and s.startswith("firing")}
+        told |= self._firing_under_way(aid)
         if not told and status == "firing" and alert.get("change") in ("escalated", "deescalated"):
             return matches, []
         known = {m.receiver: m for m in matches}
@@ -232,6 +232,10 @@ class Router:
             chosen = [r for r in told if receivers[r].updates]
         unheard = [m for r, m in sorted(known.items()) if r not in told] if status == "resolved" else []
         return [known[r] for r in sorted(chosen) if r in known], unheard
+
+    def _firing_under_way(self, aid: str) -> set[str]:
+        """The receivers a firing step of incident ``aid`` is owed to now (queued or with its sender)."""
+        return {r for (i, step, r) in self.pending if i == aid and step.startswith("firing")}
 
     def _opened(self, alert: dict, partition: int) -> None:
         self.open[alert["id"]] = (alert, partition)
@@ -347,7 +351,7 @@ class Router:
         """Why ``d`` is not told (state, reason), or None to tell it."""
         aid, receiver = d.id, d.receiver
         if d.status == "resolved":
-            if any(k[0] == aid and k[2] == receiver and k[1].startswith("firing") for k in self.pending):
+            if receiver in self._firing_under_way(aid):
                 return None                          # its firing is being told: the resolve follows it
             fates = [s for (i, step, r), s in states.items()
                      if i == aid and r == receiver and step.startswith("firing")]
@@ -403,7 +407,7 @@ class Router:
         for alert, receiver, _state, partition in self.outbox.held():
             aid = alert["id"]
             if aid not in self.open or receiver not in self.senders or \
-                    any(k[0] == aid and k[2] == receiver and k[1].startswith("firing") for k in self.pending):
+                    receiver in self._firing_under_way(aid):
                 continue
             values = labels(alert)
             if any(s.matches(values) for s in silences) or self._inhibitor(alert):
